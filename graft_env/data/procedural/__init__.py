@@ -1,0 +1,143 @@
+"""Procedural arithmetic tasks: the built-in dataset for fast tests and tiny models.
+
+`generate(skill, index, seed=, split=, difficulty=)` is a pure function of its
+arguments: the item's random stream is seeded with a string of them (Python's
+string seeding hashes with SHA-512, so it is the same in every process; `hash()`
+is not). Train and test are disjoint by construction, not by luck: each question
+belongs to exactly one split by a CRC-32 of its text (one in five go to test), and
+a generator redraws until its item belongs to the requested split. Small levels
+have small item spaces, where independent streams would overlap.
+
+`load("procedural", split, skills=[...], size=N, seed=s, difficulty=d)` gives N
+items per skill, interleaved round-robin (item 0 of every skill, then item 1, ...).
+`difficulty` is a level 1-5, a list of levels drawn uniformly per item, or None for
+the graded mix: levels drawn with weights 5:4:3:2:1, so most items are easy.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import zlib
+from collections.abc import Sequence
+
+from graft_env.data.problem import DatasetError, Problem
+from graft_env.data.procedural.skills import SKILL_SPECS
+from graft_env.data.registry import register_dataset
+
+SKILLS: tuple[str, ...] = tuple(SKILL_SPECS)
+LEVELS = (1, 2, 3, 4, 5)
+SPLITS = ("train", "test")
+DEFAULT_SIZE = {"train": 2000, "test": 200}  # items per skill
+_MIX_WEIGHTS = (5, 4, 3, 2, 1)
+_TEST_SHARE = 5  # one question in this many belongs to the test split
+_MAX_DRAWS = 1000  # a split holds >= 1/5 of every level's items; 1000 misses ~never
+
+Difficulty = int | Sequence[int] | None
+
+
+def split_of(question: str) -> str:
+    """The split a question belongs to, whatever seed or index produced it."""
+    return "test" if zlib.crc32(question.encode("utf-8")) % _TEST_SHARE == 0 else "train"
+
+
+def answer_range(skill: str, difficulty: int) -> tuple[int, int]:
+    """Inclusive (low, high) range of `skill`'s answers at level `difficulty`."""
+    _check_skill(skill)
+    return SKILL_SPECS[skill].answer_range(_check_levels(difficulty)[0])
+
+
+def generate(
+    skill: str,
+    index: int,
+    *,
+    seed: int = 0,
+    split: str = "train",
+    difficulty: Difficulty = None,
+) -> Problem:
+    """Item `index` of `skill` for (`seed`, `split`): same arguments, same Problem.
+
+    `extra` holds the skill, the level used and the worked solution, whose last
+    `\\boxed{}` is the answer.
+    """
+    _check_skill(skill)
+    if split not in SPLITS:
+        raise DatasetError(f"procedural split must be one of {list(SPLITS)}, got {split!r}")
+    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+        raise DatasetError(f"procedural index must be a non-negative integer, got {index!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise DatasetError(f"procedural seed must be an integer, got {seed!r}")
+    rng = random.Random(f"graft-procedural/{split}/{seed}/{skill}/{index}")
+    if difficulty is None:
+        level = rng.choices(LEVELS, weights=_MIX_WEIGHTS)[0]
+    else:
+        level = rng.choice(_check_levels(difficulty))
+    make = SKILL_SPECS[skill].make
+    for _ in range(_MAX_DRAWS):
+        item = make(rng, level)
+        if split_of(item.question) == split:
+            break
+    else:
+        raise RuntimeError(f"{skill} level {level}: no {split} item in {_MAX_DRAWS} draws")
+    return Problem(
+        id=f"procedural/{split}/{skill}/{seed}/{index}",
+        problem=item.question,
+        answer=str(item.answer),
+        dataset="procedural",
+        extra={"skill": skill, "difficulty": level, "solution": item.solution},
+    )
+
+
+@register_dataset("procedural", splits=SPLITS, default_split="train")
+def load_procedural(
+    split: str,
+    data_dir: str | os.PathLike[str] | None = None,  # unused: items are generated
+    skills: Sequence[str] | None = None,
+    size: int | None = None,
+    seed: int = 0,
+    difficulty: Difficulty = None,
+) -> list[Problem]:
+    """`size` items per skill (default 2000 train / 200 test), skills interleaved."""
+    if isinstance(skills, str):
+        raise DatasetError(f"skills must be a list of skill names, got the string {skills!r}")
+    chosen = list(SKILLS if skills is None else skills)
+    if not chosen:
+        raise DatasetError("skills must name at least one skill")
+    for skill in chosen:
+        _check_skill(skill)
+    if len(set(chosen)) != len(chosen):
+        raise DatasetError(f"skills must not repeat a skill, got {chosen}")
+    count = DEFAULT_SIZE[split] if size is None else size
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise DatasetError(f"size must be a positive integer (items per skill), got {count!r}")
+    if difficulty is not None:
+        _check_levels(difficulty)
+    return [
+        generate(skill, index, seed=seed, split=split, difficulty=difficulty)
+        for index in range(count)
+        for skill in chosen
+    ]
+
+
+def _check_skill(skill: str) -> None:
+    if skill not in SKILL_SPECS:
+        raise DatasetError(f"unknown procedural skill {skill!r}; valid skills: {list(SKILLS)}")
+
+
+def _check_levels(difficulty: int | Sequence[int]) -> tuple[int, ...]:
+    """The levels `difficulty` allows, sorted; raises unless all are in 1..5."""
+    if isinstance(difficulty, int):
+        levels = [difficulty]
+    elif isinstance(difficulty, Sequence) and not isinstance(difficulty, str):
+        levels = list(difficulty)
+    else:
+        levels = []
+    if not levels or any(
+        isinstance(level, bool) or not isinstance(level, int) or level not in LEVELS
+        for level in levels
+    ):
+        raise DatasetError(
+            f"difficulty must be a level in {list(LEVELS)}, a non-empty list of them, "
+            f"or None for the graded mix; got {difficulty!r}"
+        )
+    return tuple(sorted(set(levels)))
