@@ -1,0 +1,270 @@
+"""One learning rule as the loop sees it: advantages, exchange, batches, loss.
+
+Every registry entry is this class with a different `AlgorithmConfig` and the
+exchange strategy that config names. Each step the loop calls, in order:
+
+1. `compute_advantages(rollouts)`: Eq.1 per agent and group.
+2. `exchange(rollouts, receivers, scorer, rng)`: the strategy's transfers
+   (statistics on `last_exchange_stats`).
+3. `build_batches(rollouts, transfers, receivers, rng)`: one `TrainBatch` per
+   receiver with the minibatch order fixed (counts on `last_batch_stats`).
+4. `loss(new_logp, sequences)` per minibatch: Eq.10 via `clipped_surrogate`.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from itertools import accumulate
+
+import numpy as np
+import torch
+
+from algorithms.collate import collate
+from algorithms.config import AlgorithmConfig
+from algorithms.core import clipped_surrogate, group_advantages, order_minibatches, token_nll
+from algorithms.exchange import ExchangeStats, make_strategy
+from algorithms.types import (
+    AgentRollouts,
+    Scorer,
+    TrainBatch,
+    TrainSequence,
+    TransferredGroup,
+)
+
+
+class Algorithm:
+    """A named, validated config plus its exchange strategy."""
+
+    def __init__(self, name: str, config: AlgorithmConfig) -> None:
+        self.name = name
+        self.config = config.validate()
+        self.strategy = make_strategy(config)
+        self.last_exchange_stats = ExchangeStats(strategy=config.exchange)
+        self.last_batch_stats: dict[str, dict[str, int]] = {}
+
+    def __repr__(self) -> str:
+        return f"Algorithm({self.name!r}, exchange={self.config.exchange!r})"
+
+    def compute_advantages(self, rollouts: Mapping[str, AgentRollouts]) -> None:
+        """Fill each agent's `.advantages` with group-normalised rewards (Eq.1)."""
+        cfg = self.config
+        for agent, agent_rollouts in rollouts.items():
+            if agent_rollouts.n != cfg.n:
+                raise ValueError(
+                    f"agent {agent!r} sampled groups of {agent_rollouts.n}, config n={cfg.n}"
+                )
+            agent_rollouts.advantages = group_advantages(
+                agent_rollouts.rewards, eps=cfg.adv_eps, scale=cfg.adv_scale, ddof=cfg.adv_ddof
+            )
+
+    def exchange(
+        self,
+        rollouts: Mapping[str, AgentRollouts],
+        receivers: Sequence[str],
+        scorer: Scorer,
+        rng: np.random.Generator,
+    ) -> dict[str, list[TransferredGroup]]:
+        """Run the exchange strategy; every receiver gets a (possibly empty) list."""
+        transfers = self.strategy(rollouts, receivers, scorer, rng)
+        missing = [r for r in receivers if r not in transfers]
+        if missing:
+            raise ValueError(f"strategy {self.config.exchange!r} returned nothing for {missing}")
+        self.last_exchange_stats = self.strategy.last_stats
+        return transfers
+
+    def build_batches(
+        self,
+        rollouts: Mapping[str, AgentRollouts],
+        transfers: Mapping[str, Sequence[TransferredGroup]],
+        receivers: Sequence[str],
+        rng: np.random.Generator,
+    ) -> dict[str, TrainBatch]:
+        """Own groups plus retained transferred responses, in minibatch order, per receiver.
+
+        A prompt that received data drops the receiver's own group when the strategy
+        replaces groups (GRAFT); pooled strategies keep both. Transferred responses with
+        w = 0 are left out; dynamic sampling leaves out own groups with k in {0, n}.
+        Both are counted in `last_batch_stats[receiver]`. Minibatches are cut from whole
+        groups (an own group, or one transferred group) ordered by `config.order`; with
+        peer_last every own group runs before every transferred one, pooled or not.
+        """
+        missing = [r for r in receivers if r not in transfers]
+        if missing:
+            raise ValueError(f"transfers has no entry for receivers {missing}")
+        self.last_batch_stats = {}
+        return {r: self._build_batch(r, rollouts, transfers[r], rng) for r in receivers}
+
+    def _build_batch(
+        self,
+        receiver: str,
+        rollouts: Mapping[str, AgentRollouts],
+        received: Sequence[TransferredGroup],
+        rng: np.random.Generator,
+    ) -> TrainBatch:
+        cfg = self.config
+        own = rollouts[receiver]
+        own_advantages = self.strategy.own_advantages(receiver, rollouts, received)
+        by_prompt: dict[int, list[TransferredGroup]] = defaultdict(list)
+        for group in received:
+            if not 0 <= group.prompt_index < len(own.prompts):
+                raise ValueError(
+                    f"transferred group from {group.source!r} names prompt {group.prompt_index}; "
+                    f"receiver {receiver!r} has prompts 0..{len(own.prompts) - 1}"
+                )
+            by_prompt[group.prompt_index].append(group)
+        counts = {
+            "own_groups": 0,
+            "replaced_groups": 0,
+            "dynamic_dropped_groups": 0,
+            "peer_sequences": 0,
+            "removed_peer_responses": 0,
+        }
+        k = own.k
+        units: list[list[TrainSequence]] = []  # one own group or one transferred group each
+        unit_is_peer: list[bool] = []
+        for p in range(len(own.prompts)):
+            if p in by_prompt and self.strategy.replaces_own_groups:
+                counts["replaced_groups"] += 1
+            elif cfg.dynamic_sampling and k[p] in (0, cfg.n):
+                counts["dynamic_dropped_groups"] += 1
+            else:
+                counts["own_groups"] += 1
+                units.append([self._own_sequence(own, p, i, own_advantages) for i in range(cfg.n)])
+                unit_is_peer.append(False)
+            for group in by_prompt.get(p, []):
+                peers = self._peer_sequences(group)
+                counts["peer_sequences"] += len(peers)
+                counts["removed_peer_responses"] += len(group.weights) - len(peers)
+                if peers:
+                    units.append(peers)
+                    unit_is_peer.append(True)
+        self.last_batch_stats[receiver] = counts
+
+        sequences = [seq for unit in units for seq in unit]
+        starts = list(accumulate((len(unit) for unit in units), initial=0))
+        order = order_minibatches(unit_is_peer, cfg.num_minibatches, cfg.order, rng=rng)
+        minibatches = [
+            [j for u in chunk for j in range(starts[u], starts[u + 1])] for chunk in order
+        ]
+        return TrainBatch(
+            agent=receiver, prompts=list(own.prompts), sequences=sequences, minibatches=minibatches
+        )
+
+    def _own_sequence(
+        self, own: AgentRollouts, p: int, i: int, advantages: np.ndarray
+    ) -> TrainSequence:
+        return TrainSequence(
+            prompt_index=p,
+            response_token_ids=list(own.token_ids[p][i]),
+            old_logprobs=np.asarray(own.logprobs[p][i], dtype=np.float64),
+            advantage=float(advantages[p, i]),
+            source=own.agent,
+            clip=self.config.clip_own,
+        )
+
+    def _peer_sequences(self, group: TransferredGroup) -> list[TrainSequence]:
+        """The group's responses with w > 0, on the receiver's tokenisation."""
+        sizes = {
+            "response_indices": len(group.response_indices),
+            "texts": len(group.texts),
+            "advantages": len(group.advantages),
+            "weights": len(group.weights),
+            "scored": len(group.scored),
+        }
+        if len(set(sizes.values())) != 1:
+            raise ValueError(
+                f"transferred group (prompt {group.prompt_index}, source {group.source!r}) "
+                f"has inconsistent lengths {sizes}"
+            )
+        nll_only = self.config.peer_objective == "nll"
+        return [
+            TrainSequence(
+                prompt_index=group.prompt_index,
+                response_token_ids=list(scored.token_ids),
+                old_logprobs=np.asarray(scored.logprobs, dtype=np.float64),
+                advantage=float(advantage),
+                weight=float(weight),
+                is_peer=True,
+                source=group.source,
+                clip=group.clip,
+                policy_gradient=not nll_only,
+                nll=nll_only,
+            )
+            for scored, advantage, weight in zip(
+                group.scored, group.advantages, group.weights, strict=True
+            )
+            if weight > 0
+        ]
+
+    def loss(
+        self, new_logp: torch.Tensor, sequences: Sequence[TrainSequence]
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """Loss to minimise for one minibatch, and its statistics.
+
+        new_logp [B, T]: the receiver's current log-probs of each sequence's response
+        tokens, right-padded. Own and peer rows share Eq.10's token-mean denominator;
+        when the config gives peers their own clip range, the two row sets go through
+        `clipped_surrogate` separately and are recombined by their token counts.
+        """
+        cfg = self.config
+        batch = collate(sequences, new_logp)
+        rows = len(sequences)
+        seq_ratio = torch.full((rows,), cfg.ratio == "sequence", device=new_logp.device)
+        luffy = batch.is_peer & (cfg.peer_objective == "luffy")
+        own_eps = (cfg.eps_low, cfg.eps_high)
+        peer_eps = (
+            cfg.eps_low if cfg.peer_eps_low is None else cfg.peer_eps_low,
+            cfg.eps_high if cfg.peer_eps_high is None else cfg.peer_eps_high,
+        )
+        if peer_eps == own_eps:
+            parts = [(batch.weights, own_eps)]
+        else:
+            zero = torch.zeros_like(batch.weights)
+            parts = [
+                (torch.where(batch.is_peer, zero, batch.weights), own_eps),
+                (torch.where(batch.is_peer, batch.weights, zero), peer_eps),
+            ]
+        outputs = [
+            clipped_surrogate(
+                new_logp,
+                batch.old_logp,
+                batch.mask,
+                batch.advantages,
+                weights,
+                eps_low=eps_low,
+                eps_high=eps_high,
+                clip=batch.clip,
+                seq_ratio=seq_ratio,
+                is_peer=batch.is_peer,
+                luffy=luffy,
+                luffy_gamma=cfg.luffy_gamma,
+            )
+            for weights, (eps_low, eps_high) in parts
+        ]
+        pg_tokens = sum(out.pg_tokens for out in outputs)
+        if len(outputs) == 1:
+            pg_loss = outputs[0].loss
+        else:
+            pg_loss = sum(out.loss * out.pg_tokens for out in outputs) / pg_tokens.clamp(min=1)
+        nll_mask = batch.mask * batch.nll[:, None].to(batch.mask.dtype)
+        nll = token_nll(new_logp, nll_mask)
+        loss = pg_loss + cfg.sgt_coef * nll if bool(batch.nll.any()) else pg_loss
+
+        def total(name: str) -> float:
+            return float(sum(getattr(out, name) for out in outputs))
+
+        own_tokens, peer_tokens = total("own_tokens"), total("peer_tokens")
+        stats = {
+            "loss": float(loss.detach()),
+            "pg_tokens": float(pg_tokens),
+            "own_tokens": own_tokens,
+            "peer_tokens": peer_tokens,
+            "clipped_own": total("clipped_own"),
+            "clipped_peer": total("clipped_peer"),
+            "clip_frac_own": total("clipped_own") / own_tokens if own_tokens else 0.0,
+            "clip_frac_peer": total("clipped_peer") / peer_tokens if peer_tokens else 0.0,
+            "nll": float(nll.detach()),
+            "nll_tokens": float(nll_mask.sum()),
+        }
+        return loss, stats

@@ -1,0 +1,42 @@
+"""GRAFT's pure core: advantages, the exchange gate, compatibility weights, losses, ordering.
+
+No models and no I/O live here, so every piece can be property-tested on its own
+and shared by every algorithm in the registry. Selection, weights and advantages
+work on numpy arrays; the losses work on torch tensors.
+"""
+
+from algorithms.core.advantages import group_advantages
+from algorithms.core.losses import SurrogateOutput, clipped_surrogate, token_nll
+from algorithms.core.ordering import order_minibatches
+from algorithms.core.selection import (
+    exchange_candidates,
+    random_prompt_selection,
+    select_exchange,
+    select_exchange_multi,
+    select_with_ties,
+    sgt_pairs,
+)
+from algorithms.core.weights import (
+    compatibility_scores,
+    compatibility_weights,
+    normalised_loglik,
+    random_admission,
+)
+
+__all__ = [
+    "SurrogateOutput",
+    "clipped_surrogate",
+    "compatibility_scores",
+    "compatibility_weights",
+    "exchange_candidates",
+    "group_advantages",
+    "normalised_loglik",
+    "order_minibatches",
+    "random_admission",
+    "random_prompt_selection",
+    "select_exchange",
+    "select_exchange_multi",
+    "select_with_ties",
+    "sgt_pairs",
+    "token_nll",
+]

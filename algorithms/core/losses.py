@@ -1,0 +1,168 @@
+"""The policy-gradient surrogate of Eq.10 and its per-row variants (GRAFT-SPEC §5-§7).
+
+One function covers GRPO, GRAFT and the loss-side ablations, because they differ
+only per row: the weight w (0 removes a row), whether the clip applies, a
+sequence-level ratio (GSPO form), or LUFFY shaping. Padding and removed rows are
+masked *before* any exponential so that whatever values they hold can produce
+neither a NaN nor a gradient.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class SurrogateOutput:
+    """The loss and the counts the loop logs (clipped fractions are per own/peer token)."""
+
+    loss: torch.Tensor  # scalar to minimise: -J of Eq.10, plus nll_coef * nll_loss
+    pg_tokens: torch.Tensor  # denominator: unweighted count of retained tokens
+    clipped_own: torch.Tensor  # own tokens where the clip is active
+    clipped_peer: torch.Tensor  # peer tokens where the clip is active
+    own_tokens: torch.Tensor
+    peer_tokens: torch.Tensor
+    nll_loss: torch.Tensor = field(default_factory=lambda: torch.zeros(()))
+    nll_tokens: torch.Tensor = field(default_factory=lambda: torch.zeros((), dtype=torch.int64))
+
+
+def _row_flags(
+    flags: torch.Tensor | None, name: str, like: torch.Tensor, default: bool
+) -> torch.Tensor:
+    """A [B] bool tensor of per-row options, `default` everywhere when not given."""
+    rows = like.shape[0]
+    if flags is None:
+        return torch.full((rows,), default, dtype=torch.bool, device=like.device)
+    if flags.shape != (rows,):
+        raise ValueError(f"{name} must have shape ({rows},), got {tuple(flags.shape)}")
+    if flags.dtype != torch.bool:
+        raise TypeError(f"{name} must be a bool tensor, got {flags.dtype}")
+    return flags
+
+
+def _token_mask(new_logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Check the [B, T] inputs agree and return the mask as bool."""
+    if new_logp.ndim != 2:
+        raise ValueError(f"new_logp must be [B, T], got shape {tuple(new_logp.shape)}")
+    if not new_logp.is_floating_point():
+        raise TypeError(f"new_logp must be a float tensor, got {new_logp.dtype}")
+    for name, tensor in (("old_logp", old_logp), ("mask", mask)):
+        if tensor.shape != new_logp.shape:
+            raise ValueError(
+                f"{name} has shape {tuple(tensor.shape)}, new_logp has {tuple(new_logp.shape)}"
+            )
+    if not ((mask == 0) | (mask == 1)).all():
+        raise ValueError("mask must hold only 0 and 1 (1 on response tokens, 0 on padding)")
+    return mask.bool()
+
+
+def _row_values(values: torch.Tensor, name: str, like: torch.Tensor) -> torch.Tensor:
+    """A detached, finite [B] tensor in `like`'s dtype: advantages and weights are constants."""
+    if values.shape != like.shape[:1]:
+        raise ValueError(f"{name} must have shape ({like.shape[0]},), got {tuple(values.shape)}")
+    values = values.detach().to(like.dtype)
+    if not torch.isfinite(values).all():
+        raise ValueError(f"{name} holds a non-finite value: {values.tolist()}")
+    return values
+
+
+def token_nll(new_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean negative log-likelihood over masked tokens (SGT's auxiliary term); 0 if none."""
+    kept = _token_mask(new_logp, new_logp, mask)
+    count = kept.sum()
+    return -torch.where(kept, new_logp, 0.0).sum() / count.clamp(min=1)
+
+
+def clipped_surrogate(
+    new_logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    mask: torch.Tensor,
+    advantages: torch.Tensor,
+    weights: torch.Tensor,
+    *,
+    eps_low: float = 0.2,
+    eps_high: float = 0.28,
+    clip: torch.Tensor | None = None,
+    seq_ratio: torch.Tensor | None = None,
+    is_peer: torch.Tensor | None = None,
+    luffy: torch.Tensor | None = None,
+    luffy_gamma: float = 0.1,
+    nll: torch.Tensor | None = None,
+    nll_coef: float = 0.1,
+) -> SurrogateOutput:
+    """Token-mean clipped surrogate (Eq.10), returned as a loss to minimise.
+
+    J = (1 / Σ_{j: w_j>0} |o_j|) Σ_j w_j Σ_t min(ρ a, clip(ρ, 1-ε_low, 1+ε_high) a),
+    ρ = exp(new - old). Rows with w = 0 are removed from numerator and denominator;
+    the denominator is the unweighted token count of retained rows.
+
+    Per-row options ([B] bool tensors):
+    - clip=False: term ρ·a without clipping (graft-no-clip / graft-naive peer rows).
+    - seq_ratio=True: ρ = exp(mean_t(new - old)) for the whole row, clipped at
+      sequence level and applied to each token, keeping token-mean aggregation
+      (GSPO form) [project choice].
+    - luffy=True: term f(π)·a, π = exp(new), f(x) = x / (x + luffy_gamma): the
+      behaviour probability is treated as 1 and nothing is clipped (LUFFY).
+    - is_peer: only splits the token and clip counts into own and peer.
+    - nll=True: the row also enters a mean token NLL, added as nll_coef · NLL (SGT);
+      give such a row weight 0 to keep it out of the policy-gradient term.
+
+    A clip is "active" on a token of a clipped row when (a > 0 and ρ > 1+ε_high) or
+    (a < 0 and ρ < 1-ε_low); there the gradient is zero. With no retained row the
+    policy-gradient loss is 0 with a zero gradient.
+    """
+    token_mask = _token_mask(new_logp, old_logp, mask)
+    advantage = _row_values(advantages, "advantages", new_logp)
+    weight = _row_values(weights, "weights", new_logp)
+    if (weight < 0).any():
+        raise ValueError(f"weights must be >= 0, got {weight.tolist()}")
+    if not (0.0 <= eps_low < 1.0 and eps_high >= 0.0):
+        raise ValueError(f"need 0 <= eps_low < 1 and eps_high >= 0, got {eps_low}, {eps_high}")
+    if not luffy_gamma > 0.0:
+        raise ValueError(f"luffy_gamma must be > 0, got {luffy_gamma}")
+    clip_row = _row_flags(clip, "clip", new_logp, default=True)
+    seq_row = _row_flags(seq_ratio, "seq_ratio", new_logp, default=False)
+    peer_row = _row_flags(is_peer, "is_peer", new_logp, default=False)
+    luffy_row = _row_flags(luffy, "luffy", new_logp, default=False)
+    nll_row = _row_flags(nll, "nll", new_logp, default=False)
+    if (luffy_row & seq_row).any():
+        raise ValueError("a row cannot use both luffy and seq_ratio: they define different terms")
+
+    kept = token_mask & (weight > 0)[:, None]
+    log_ratio = torch.where(kept, new_logp - old_logp.detach(), 0.0)
+    seq_log_ratio = log_ratio.sum(dim=1) / kept.sum(dim=1).clamp(min=1)
+    log_ratio = torch.where(seq_row[:, None], seq_log_ratio[:, None], log_ratio)
+    ratio = torch.exp(log_ratio)
+
+    a = advantage[:, None]
+    unclipped = ratio * a
+    clipped = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high) * a
+    term = torch.where(clip_row[:, None], torch.minimum(unclipped, clipped), unclipped)
+    prob = torch.exp(torch.where(kept, new_logp, 0.0))
+    term = torch.where(luffy_row[:, None], prob / (prob + luffy_gamma) * a, term)
+
+    pg_tokens = kept.sum()
+    objective = torch.where(kept, term * weight[:, None], 0.0).sum() / pg_tokens.clamp(min=1)
+
+    clip_applies = (clip_row & ~luffy_row)[:, None]
+    clip_active = (
+        kept
+        & clip_applies
+        & (((a > 0) & (ratio > 1.0 + eps_high)) | ((a < 0) & (ratio < 1.0 - eps_low)))
+    ).detach()
+    own, peer = ~peer_row[:, None], peer_row[:, None]
+
+    nll_mask = token_mask & nll_row[:, None]
+    nll_loss = token_nll(new_logp, nll_mask.to(mask.dtype))
+    return SurrogateOutput(
+        loss=-objective + nll_coef * nll_loss,
+        pg_tokens=pg_tokens,
+        clipped_own=(clip_active & own).sum(),
+        clipped_peer=(clip_active & peer).sum(),
+        own_tokens=(kept & own).sum(),
+        peer_tokens=(kept & peer).sum(),
+        nll_loss=nll_loss,
+        nll_tokens=nll_mask.sum(),
+    )

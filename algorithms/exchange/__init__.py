@@ -1,0 +1,35 @@
+"""Pluggable exchange strategies: what each receiver gets from its peers in one step.
+
+`register_strategy(name)` adds one, `available_strategies()` lists them and
+`make_strategy(config)` builds the one `config.exchange` names. The protocol is in
+`algorithms.exchange.base`; CONTRIBUTING.md walks through adding a strategy.
+Built in: "none" (GRPO), "graft" (the gate and its ablations), "sgt", "hacpo".
+"""
+
+from algorithms.exchange import gate, hacpo, none, sgt
+from algorithms.exchange.base import (
+    ExchangeStrategy,
+    available_strategies,
+    check_exchange_inputs,
+    filled_advantages,
+    make_strategy,
+    register_strategy,
+    score_texts,
+)
+from algorithms.exchange.stats import DirectionStats, ExchangeStats
+
+__all__ = [
+    "DirectionStats",
+    "ExchangeStats",
+    "ExchangeStrategy",
+    "available_strategies",
+    "check_exchange_inputs",
+    "filled_advantages",
+    "gate",
+    "hacpo",
+    "make_strategy",
+    "none",
+    "register_strategy",
+    "score_texts",
+    "sgt",
+]

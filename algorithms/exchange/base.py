@@ -1,0 +1,160 @@
+"""The exchange-strategy protocol and its registry (DESIGN §3).
+
+A strategy decides what each receiver gets from its peers in one step. It is built
+from the `AlgorithmConfig` and called once per step:
+
+    strategy(rollouts, receivers, scorer, rng) -> {receiver: [TransferredGroup, ...]}
+
+Every receiver is a key (an empty list when nothing moves). Inputs are each
+agent's `AgentRollouts` with rewards and advantages filled; the scorer re-scores
+peer texts under a receiver's own tokenizer and behaviour policy. After a call,
+`strategy.last_stats` holds what happened (`ExchangeStats`).
+
+Two hooks say how the receiver's *own* groups combine with what it received;
+their defaults are GRAFT's replacement semantics:
+- `replaces_own_groups`: True if a prompt that received data drops the
+  receiver's own group (GRAFT); False keeps both (pooled, SGT, HACPO).
+- `own_advantages(...)`: the advantages of the receiver's own responses, for
+  strategies that re-normalise them over a pooled group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+
+from algorithms.config import AlgorithmConfig
+from algorithms.exchange.stats import ExchangeStats
+from algorithms.types import AgentRollouts, ScoredText, Scorer, TransferredGroup
+
+_STRATEGIES: dict[str, type[ExchangeStrategy]] = {}
+
+
+class ExchangeStrategy:
+    """Base class of all strategies: subclass it, implement `__call__`, register it."""
+
+    name = "unregistered"
+
+    def __init__(self, config: AlgorithmConfig) -> None:
+        self.config = config
+        self.last_stats = ExchangeStats(strategy=self.name)
+
+    @property
+    def replaces_own_groups(self) -> bool:
+        """Whether a prompt that received peer data drops the receiver's own group."""
+        return True
+
+    def __call__(
+        self,
+        rollouts: Mapping[str, AgentRollouts],
+        receivers: Sequence[str],
+        scorer: Scorer,
+        rng: np.random.Generator,
+    ) -> dict[str, list[TransferredGroup]]:
+        raise NotImplementedError(f"exchange strategy {self.name!r} does not implement __call__")
+
+    def own_advantages(
+        self,
+        receiver: str,
+        rollouts: Mapping[str, AgentRollouts],
+        transfers: Sequence[TransferredGroup],
+    ) -> np.ndarray:
+        """Advantages [P, n] of the receiver's own responses; default: its own group's."""
+        return filled_advantages(rollouts[receiver])
+
+
+def register_strategy(name: str) -> Callable[[type[ExchangeStrategy]], type[ExchangeStrategy]]:
+    """Class decorator: make `name` usable as `AlgorithmConfig.exchange`."""
+
+    def add(cls: type[ExchangeStrategy]) -> type[ExchangeStrategy]:
+        if not (isinstance(cls, type) and issubclass(cls, ExchangeStrategy)):
+            raise TypeError(f"strategy {name!r} must subclass ExchangeStrategy, got {cls!r}")
+        if name in _STRATEGIES:
+            raise ValueError(f"exchange strategy {name!r} is already registered")
+        cls.name = name
+        _STRATEGIES[name] = cls
+        return cls
+
+    return add
+
+
+def available_strategies() -> list[str]:
+    """Names of all registered strategies, sorted."""
+    return sorted(_STRATEGIES)
+
+
+def make_strategy(config: AlgorithmConfig) -> ExchangeStrategy:
+    """Build the strategy named by `config.exchange`."""
+    if config.exchange not in _STRATEGIES:
+        raise ValueError(
+            f"unknown exchange strategy {config.exchange!r}; registered: {available_strategies()}"
+        )
+    return _STRATEGIES[config.exchange](config)
+
+
+# --- helpers shared by strategies -------------------------------------------------------
+
+
+def filled_advantages(rollouts: AgentRollouts) -> np.ndarray:
+    """The agent's advantages, which `Algorithm.compute_advantages` must have filled."""
+    if rollouts.advantages is None:
+        raise ValueError(
+            f"agent {rollouts.agent!r} has no advantages: call Algorithm.compute_advantages first"
+        )
+    advantages = np.asarray(rollouts.advantages, dtype=np.float64)
+    if advantages.shape != rollouts.rewards.shape:
+        raise ValueError(
+            f"agent {rollouts.agent!r}: advantages have shape {advantages.shape}, "
+            f"rewards {rollouts.rewards.shape}"
+        )
+    return advantages
+
+
+def check_exchange_inputs(
+    rollouts: Mapping[str, AgentRollouts], receivers: Sequence[str], n: int
+) -> None:
+    """All agents answered the same prompts with `n` responses each; receivers are agents."""
+    if not rollouts:
+        raise ValueError("rollouts is empty: the exchange needs at least one agent")
+    missing = [r for r in receivers if r not in rollouts]
+    if missing:
+        raise ValueError(f"receivers {missing} have no rollouts; agents: {list(rollouts)}")
+    first = next(iter(rollouts.values()))
+    for name, agent in rollouts.items():
+        if agent.agent != name:
+            raise ValueError(f"rollouts[{name!r}] holds agent {agent.agent!r}")
+        if agent.n != n:
+            raise ValueError(f"agent {name!r} has groups of {agent.n}, the config says n={n}")
+        if agent.prompt_ids != first.prompt_ids:
+            raise ValueError(
+                f"agents {first.agent!r} and {name!r} answered different prompt batches; "
+                "an exchange needs the same prompts in the same order"
+            )
+        for field in ("texts", "token_ids", "logprobs"):
+            for p, group in enumerate(getattr(agent, field)):
+                if len(group) != n:
+                    raise ValueError(
+                        f"agent {name!r}: {field}[{p}] has {len(group)} responses, expected n={n}"
+                    )
+
+
+def score_texts(
+    scorer: Scorer, receiver: str, prompt_indices: Sequence[int], texts: Sequence[str]
+) -> list[ScoredText]:
+    """Call the scorer once for all of a receiver's peer texts and check what comes back."""
+    if not texts:
+        return []
+    scored = scorer(receiver, list(prompt_indices), list(texts))
+    if len(scored) != len(texts):
+        raise ValueError(
+            f"scorer returned {len(scored)} results for {len(texts)} texts (receiver {receiver!r})"
+        )
+    for j, item in enumerate(scored):
+        if len(item.token_ids) == 0 or len(item.token_ids) != len(item.logprobs):
+            raise ValueError(
+                f"scorer result {j} for receiver {receiver!r} (prompt {prompt_indices[j]}) has "
+                f"{len(item.token_ids)} token ids and {len(item.logprobs)} log-probs; "
+                "need the same non-zero number"
+            )
+    return scored

@@ -1,0 +1,174 @@
+"""HACPO baseline: every agent learns from every peer's rollouts on every prompt.
+
+Heterogeneous Agent Collaborative Policy Optimization (Zhang et al., arXiv
+2603.02604), read from the paper's summary and its authors' code
+(github.com/zzx-peter/HACRL-code, recipe/hacpo). For a learner L, the group of a
+prompt is the n own responses plus the n responses of every peer. Four mechanisms:
+
+1. Capability-aware advantage (paper Eq.5-6). Capability P_a is agent a's rolling
+   success rate (mean of `capability_window` steps, updated with the current step
+   first). A response from source S is weighted by omega = 1 / clip(P_S / P_L)
+   in the baseline b = mean_j(omega_j r_j); b = plain mean when all rewards of the
+   pooled group are equal (no signal is invented) and b = mean of L's own rewards
+   if the weighted baseline exceeds 1 (binary rewards). Advantage
+   (r - b) / (std + adv_eps) over the pooled group, sample std (preset adv_ddof=1).
+   Own responses get these advantages too (`own_advantages`).
+2. Capability discrepancy coefficient: a peer response's loss term is scaled by
+   clip(P_S / P_L, capability_ratio_min, capability_ratio_max) - its weight here.
+3. Exponential importance sampling: the ratio of a peer response is the
+   sequence-level exp(mean_t log pi_L(o_t) - mean log pi_S(o)), the learner's
+   per-token mean on its own tokenisation against the source's stored mean
+   generation log-prob. It is expressed through the shared loss by giving each
+   peer token the source's mean as "old" log-prob and using ratio='sequence'.
+4. Clipping of peer ratios to a one-sided trust region [1 - 0.2, 1] (preset
+   peer_eps_low=0.2, peer_eps_high=0); own responses use GSPO's clip (3e-4, 4e-4).
+
+Deviations, all because the project's one shared surrogate (Eq.10) is kept:
+- The paper's peer term is clamp(r)·sg(clamp(r))^alpha·A (alpha = 1 in the
+  authors' config); here alpha = 0 and the clip is PPO's min(rA, clip(r)A), so a
+  peer ratio outside [0.8, 1] still has a gradient on the side PPO leaves open.
+- "Stepwise" clipping raises the lower bound by 0.025 per minibatch in the
+  authors' config; the loss here does not know the minibatch index, so the
+  bound stays at 0.8. Peer-last ordering (own minibatches first) matches theirs.
+- Aggregation is the project's token mean, not their per-sequence mean.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from algorithms.config import AlgorithmConfig
+from algorithms.exchange.base import (
+    ExchangeStrategy,
+    check_exchange_inputs,
+    register_strategy,
+    score_texts,
+)
+from algorithms.exchange.stats import ExchangeStats
+from algorithms.types import AgentRollouts, ScoredText, Scorer, TransferredGroup
+
+
+@register_strategy("hacpo")
+class HacpoExchange(ExchangeStrategy):
+    """All peer responses on all prompts, capability-weighted, with sequence-level IS."""
+
+    def __init__(self, config: AlgorithmConfig) -> None:
+        super().__init__(config)
+        self._success_history: dict[str, deque[float]] = {}
+
+    @property
+    def replaces_own_groups(self) -> bool:
+        return False
+
+    def capabilities(self) -> dict[str, float]:
+        """Rolling success rate of every agent seen so far."""
+        return {agent: float(np.mean(rates)) for agent, rates in self._success_history.items()}
+
+    def capability_ratio(self, source: str, learner: str) -> float:
+        """clip(P_source / P_learner): how much a source's response counts for the learner."""
+        cfg = self.config
+        capability = self.capabilities()
+        if source == learner:
+            return 1.0
+        if capability[learner] == 0.0:
+            return cfg.capability_ratio_max if capability[source] > 0 else 1.0
+        raw = capability[source] / capability[learner]
+        return float(np.clip(raw, cfg.capability_ratio_min, cfg.capability_ratio_max))
+
+    def __call__(
+        self,
+        rollouts: Mapping[str, AgentRollouts],
+        receivers: Sequence[str],
+        scorer: Scorer,
+        rng: np.random.Generator,
+    ) -> dict[str, list[TransferredGroup]]:
+        check_exchange_inputs(rollouts, receivers, self.config.n)
+        for agent, agent_rollouts in rollouts.items():
+            history = self._success_history.setdefault(
+                agent, deque(maxlen=self.config.capability_window)
+            )
+            history.append(float(np.mean(agent_rollouts.rewards > 0)))
+        stats = ExchangeStats(strategy=self.name)
+        stats.extra = {f"hacpo/capability/{a}": p for a, p in self.capabilities().items()}
+        transfers = {
+            receiver: self._transfer(receiver, rollouts, scorer, stats) for receiver in receivers
+        }
+        self.last_stats = stats
+        return transfers
+
+    def own_advantages(
+        self,
+        receiver: str,
+        rollouts: Mapping[str, AgentRollouts],
+        transfers: Sequence[TransferredGroup],
+    ) -> np.ndarray:
+        return self._learner_advantages(receiver, rollouts)[receiver]
+
+    def _transfer(
+        self,
+        receiver: str,
+        rollouts: Mapping[str, AgentRollouts],
+        scorer: Scorer,
+        stats: ExchangeStats,
+    ) -> list[TransferredGroup]:
+        n = self.config.n
+        num_prompts = rollouts[receiver].rewards.shape[0]
+        items = [(s, p) for s in rollouts if s != receiver for p in range(num_prompts)]
+        texts = [text for s, p in items for text in rollouts[s].texts[p]]
+        scored = score_texts(scorer, receiver, [p for _, p in items for _ in range(n)], texts)
+        advantages = self._learner_advantages(receiver, rollouts)
+        groups = []
+        for j, (source, p) in enumerate(items):
+            peer = rollouts[source]
+            weights = np.full(n, self.capability_ratio(source, receiver))
+            behaviour = [
+                # The ratio's denominator is the source's mean generation log-prob, spread
+                # over the receiver's tokens so that mean_t(new - old) is Eq.(59)'s exponent.
+                ScoredText(item.token_ids, np.full(len(item.token_ids), peer.mean_logp(p, i)))
+                for i, item in enumerate(scored[j * n : (j + 1) * n])
+            ]
+            groups.append(
+                TransferredGroup(
+                    prompt_index=p,
+                    source=source,
+                    response_indices=np.arange(n),
+                    texts=list(peer.texts[p]),
+                    advantages=advantages[source][p].copy(),
+                    weights=weights,
+                    scored=behaviour,
+                    clip=self.config.peer_clip,
+                )
+            )
+            direction = stats.direction(source, receiver)
+            direction.candidates = num_prompts
+            direction.selected_prompts.append(p)
+            direction.record(None, weights, 0)
+        return groups
+
+    def _learner_advantages(
+        self, learner: str, rollouts: Mapping[str, AgentRollouts]
+    ) -> dict[str, np.ndarray]:
+        """Capability-aware advantages [P, n] of every agent's responses, seen by `learner`."""
+        cfg = self.config
+        agents = list(rollouts)
+        if learner not in self._success_history:
+            raise ValueError(f"no capability for {learner!r}: call the strategy before advantages")
+        rewards = np.concatenate([rollouts[a].rewards for a in agents], axis=1)
+        omega = np.concatenate(
+            [np.full(cfg.n, 1 / self.capability_ratio(a, learner)) for a in agents]
+        )
+        baseline = (rewards * omega).mean(axis=1)
+        own_mean = rollouts[learner].rewards.mean(axis=1)
+        baseline = np.where(baseline > 1.0, own_mean, baseline)
+        uniform = (rewards == rewards[:, :1]).all(axis=1)
+        baseline = np.where(uniform, rewards.mean(axis=1), baseline)
+        centred = rewards - baseline[:, None]
+        if cfg.adv_scale == "std":
+            centred = centred / (
+                rewards.std(axis=1, ddof=cfg.adv_ddof, keepdims=True) + cfg.adv_eps
+            )
+        centred[uniform] = 0.0
+        return {a: centred[:, i * cfg.n : (i + 1) * cfg.n] for i, a in enumerate(agents)}

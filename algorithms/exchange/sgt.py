@@ -1,0 +1,77 @@
+"""SGT baseline (Mutual RL, arXiv 2605.07244; GRAFT-SPEC §7 `sgt`).
+
+GRPO plus an auxiliary NLL on one correct peer response: whenever the receiver
+failed a prompt n/n (k_R = 0) and a peer solved it at least once, one of the peer's
+correct responses is chosen uniformly (`sgt_pairs`) and the receiver trains on it
+with `sgt_coef` x token NLL. Both directions, no balancing, and the receiver keeps
+its own group. With more than two agents every peer contributes its own pick
+[project extension]. The transferred response carries weight 1 and advantage 0:
+it enters only the NLL term (peer_objective='nll'), never the policy gradient.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from algorithms.core import sgt_pairs
+from algorithms.exchange.base import (
+    ExchangeStrategy,
+    check_exchange_inputs,
+    register_strategy,
+    score_texts,
+)
+from algorithms.exchange.stats import ExchangeStats
+from algorithms.types import AgentRollouts, Scorer, TransferredGroup
+
+
+@register_strategy("sgt")
+class SgtExchange(ExchangeStrategy):
+    """One random correct peer response per receiver all-fail prompt, for an NLL term."""
+
+    @property
+    def replaces_own_groups(self) -> bool:
+        return False
+
+    def __call__(
+        self,
+        rollouts: Mapping[str, AgentRollouts],
+        receivers: Sequence[str],
+        scorer: Scorer,
+        rng: np.random.Generator,
+    ) -> dict[str, list[TransferredGroup]]:
+        check_exchange_inputs(rollouts, receivers, self.config.n)
+        stats = ExchangeStats(strategy=self.name)
+        transfers: dict[str, list[TransferredGroup]] = {}
+        for receiver in receivers:
+            k_receiver = rollouts[receiver].k
+            picks = []
+            for source, peer in rollouts.items():
+                if source == receiver:
+                    continue
+                pairs = sgt_pairs(k_receiver, peer.rewards, rng)
+                direction = stats.direction(source, receiver)
+                direction.candidates = len(pairs)
+                direction.selected_prompts = [p for p, _ in pairs]
+                picks += [(peer, p, i) for p, i in pairs]
+            texts = [peer.texts[p][i] for peer, p, i in picks]
+            scored = score_texts(scorer, receiver, [p for _, p, _ in picks], texts)
+            groups = []
+            for (peer, p, i), text, item in zip(picks, texts, scored, strict=True):
+                groups.append(
+                    TransferredGroup(
+                        prompt_index=p,
+                        source=peer.agent,
+                        response_indices=np.array([i]),
+                        texts=[text],
+                        advantages=np.zeros(1),
+                        weights=np.ones(1),
+                        scored=[item],
+                        clip=False,
+                    )
+                )
+                stats.direction(peer.agent, receiver).record(None, np.ones(1), 0)
+            transfers[receiver] = groups
+        self.last_stats = stats
+        return transfers

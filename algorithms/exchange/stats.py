@@ -1,0 +1,82 @@
+"""What an exchange did, per direction, so the loop can log it (SPEC §2-§4).
+
+A strategy fills one `DirectionStats` per (source, receiver) pair it considered and
+leaves the whole `ExchangeStats` on `strategy.last_stats` (and the algorithm copies
+it to `Algorithm.last_exchange_stats`). `summary()` flattens it into the
+`{"name": float}` form that loggers take.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class DirectionStats:
+    """One source -> receiver direction of one step's exchange.
+
+    `candidates` is |C_{S->R}| before balancing; `selected_prompts` the prompts
+    actually transferred; `scores` (s) and `weights` (w) list every transferred
+    response (scores only where the strategy computes s), removed ones included (w = 0),
+    so removals can be audited:
+    `removed_by_weight` are w = 0 from the floor or random admission, `removed_failures`
+    failed responses dropped by success-only.
+    """
+
+    source: str
+    receiver: str
+    candidates: int = 0
+    selected_prompts: list[int] = field(default_factory=list)
+    transferred: int = 0
+    admitted: int = 0
+    removed_by_weight: int = 0
+    removed_failures: int = 0
+    scores: list[float] = field(default_factory=list)
+    weights: list[float] = field(default_factory=list)
+
+    def record(self, scores: np.ndarray | None, weights: np.ndarray, failures_removed: int) -> None:
+        """Add one transferred group's final weights and, if the strategy computes s, scores."""
+        self.transferred += int(weights.size)
+        self.admitted += int(np.count_nonzero(weights > 0))
+        self.removed_failures += failures_removed
+        self.removed_by_weight = self.transferred - self.admitted - self.removed_failures
+        if scores is not None:
+            self.scores.extend(float(s) for s in scores)
+        self.weights.extend(float(w) for w in weights)
+
+
+@dataclass
+class ExchangeStats:
+    """Everything one call of a strategy did, keyed by (source, receiver)."""
+
+    strategy: str
+    directions: dict[tuple[str, str], DirectionStats] = field(default_factory=dict)
+    extra: dict[str, float] = field(default_factory=dict)
+
+    def direction(self, source: str, receiver: str) -> DirectionStats:
+        """The stats of one direction, created empty on first use."""
+        key = (source, receiver)
+        if key not in self.directions:
+            self.directions[key] = DirectionStats(source=source, receiver=receiver)
+        return self.directions[key]
+
+    def summary(self) -> dict[str, float]:
+        """Flat metrics: counts per direction, mean s and w of admitted responses, extras."""
+        metrics: dict[str, float] = dict(self.extra)
+        for (source, receiver), d in self.directions.items():
+            prefix = f"exchange/{source}->{receiver}"
+            metrics[f"{prefix}/candidates"] = float(d.candidates)
+            metrics[f"{prefix}/prompts"] = float(len(d.selected_prompts))
+            metrics[f"{prefix}/transferred"] = float(d.transferred)
+            metrics[f"{prefix}/admitted"] = float(d.admitted)
+            metrics[f"{prefix}/removed_by_weight"] = float(d.removed_by_weight)
+            metrics[f"{prefix}/removed_failures"] = float(d.removed_failures)
+            if d.scores:
+                metrics[f"{prefix}/mean_s"] = float(np.mean(d.scores))
+            if d.admitted:
+                metrics[f"{prefix}/mean_w_admitted"] = float(
+                    np.mean([w for w in d.weights if w > 0])
+                )
+        return metrics

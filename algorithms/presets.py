@@ -1,0 +1,84 @@
+"""Every registry entry (GRAFT-SPEC §6-§7): a base config and the options each variant changes.
+
+`grpo` is the paper's baseline (n = 8/16/32 via `make("grpo", n=...)`); `graft` is
+GRPO plus the GRAFT exchange; every other entry is one of them with named options
+replaced, never a copy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from algorithms.config import AlgorithmConfig
+from algorithms.registry import register
+
+
+@register("grpo")
+def grpo() -> AlgorithmConfig:
+    """DAPO-style token-mean GRPO, clip (0.2, 0.28), no KL, no dynamic sampling (§6)."""
+    return AlgorithmConfig()
+
+
+@register("grpo-dynamic")
+def grpo_dynamic() -> AlgorithmConfig:
+    """GRPO keeping only groups with 0 < k < n (the loop oversamples to refill)."""
+    return replace(grpo(), dynamic_sampling=True)
+
+
+@register("graft")
+def graft() -> AlgorithmConfig:
+    """GRAFT: gated, balanced whole-group transfer with compatibility weights (§2-§5)."""
+    return replace(grpo(), exchange="graft")
+
+
+_GRAFT_VARIANTS: dict[str, dict[str, object]] = {
+    "graft-no-compat": {"compat": False},
+    "graft-no-floor": {"delta": 0.0},
+    "graft-no-clip": {"peer_clip": False},
+    "graft-naive": {"compat": False, "peer_clip": False},
+    "graft-no-balance": {"balance": False},
+    "graft-seq-ratio": {"ratio": "sequence"},
+    "graft-random-prompts": {"selection": "random_prompts"},
+    "graft-random-admission": {"admission": "random"},
+    "graft-peer-first": {"order": "peer_first"},
+    "graft-peer-random": {"order": "random"},
+    "graft-pooled": {"pooled": True},
+    "graft-success-only": {"success_only": True},
+    "graft-success-only-no-floor": {"success_only": True, "delta": 0.0},
+    "graft-stored": {"stored": True, "balance": False},
+    "luffy": {"peer_objective": "luffy", "compat": False, "peer_clip": False},
+}
+"""The ablations of §7 as option changes on `graft` (a table, so tests can check it)."""
+
+
+def _register_graft_variant(name: str, changes: dict[str, object]) -> None:
+    register(name)(lambda: replace(graft(), **changes))
+
+
+for _name, _changes in _GRAFT_VARIANTS.items():
+    _register_graft_variant(_name, _changes)
+
+
+@register("sgt")
+def sgt() -> AlgorithmConfig:
+    """GRPO + 0.1 x NLL of one random correct peer response on receiver all-fail prompts."""
+    return replace(grpo(), exchange="sgt", peer_objective="nll")
+
+
+@register("hacpo")
+def hacpo() -> AlgorithmConfig:
+    """HACPO (arXiv 2603.02604): all peer rollouts, sequence-level IS; see exchange/hacpo.py.
+
+    Own rows use GSPO's sequence clip (3e-4, 4e-4) and peer rows the one-sided
+    [0.8, 1] range, as in the authors' configuration; sample std (ddof=1).
+    """
+    return replace(
+        grpo(),
+        exchange="hacpo",
+        ratio="sequence",
+        eps_low=3e-4,
+        eps_high=4e-4,
+        peer_eps_low=0.2,
+        peer_eps_high=0.0,
+        adv_ddof=1,
+    )

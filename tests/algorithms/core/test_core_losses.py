@@ -1,0 +1,250 @@
+"""The Eq.10 surrogate: GRPO equivalence, masking, removal, clipping and per-row variants."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from algorithms.core import clipped_surrogate, token_nll
+
+SETTINGS = settings(max_examples=100, deadline=None)
+EPS_LOW, EPS_HIGH = 0.2, 0.28
+
+
+@dataclass
+class Batch:
+    """A random minibatch in float64; `new_logp()` gives a fresh leaf to take gradients of."""
+
+    new: torch.Tensor
+    old: torch.Tensor
+    mask: torch.Tensor
+    advantages: torch.Tensor
+    weights: torch.Tensor
+    is_peer: torch.Tensor
+
+    def new_logp(self) -> torch.Tensor:
+        return self.new.clone().requires_grad_(True)
+
+
+def make_batch(seed: int, rows: int, cols: int) -> Batch:
+    generator = torch.Generator().manual_seed(seed)
+
+    def uniform(*shape: int) -> torch.Tensor:
+        return torch.rand(*shape, generator=generator, dtype=torch.float64)
+
+    old = -3 * uniform(rows, cols)
+    new = old + 0.6 * (uniform(rows, cols) - 0.5)  # ratios around [0.74, 1.35]: some clipped
+    lengths = torch.randint(0, cols + 1, (rows,), generator=generator)
+    mask = (torch.arange(cols)[None, :] < lengths[:, None]).to(torch.float64)
+    advantages = torch.where(uniform(rows) < 0.2, 0.0, 4 * uniform(rows) - 2)
+    weights = torch.where(uniform(rows) < 0.3, 0.0, uniform(rows) + 0.01)
+    return Batch(new, old, mask, advantages, weights, uniform(rows) < 0.5)
+
+
+batches = st.builds(
+    make_batch, seed=st.integers(0, 2**31 - 1), rows=st.integers(1, 6), cols=st.integers(1, 8)
+)
+
+
+def surrogate(batch: Batch, new_logp: torch.Tensor, **options):
+    return clipped_surrogate(
+        new_logp, batch.old, batch.mask, batch.advantages, batch.weights, **options
+    )
+
+
+def grpo_reference_loss(new: torch.Tensor, old: torch.Tensor, mask, advantages) -> torch.Tensor:
+    """DAPO-style GRPO (Eq.2): token-mean of the clipped surrogate over all response tokens."""
+    ratio = torch.exp(new - old)
+    a = advantages[:, None]
+    per_token = torch.minimum(ratio * a, torch.clamp(ratio, 1 - EPS_LOW, 1 + EPS_HIGH) * a)
+    return -(per_token * mask).sum() / mask.sum().clamp(min=1)
+
+
+@SETTINGS
+@given(batch=batches)
+def test_without_transfer_the_loss_is_grpo(batch: Batch) -> None:
+    ones = torch.ones_like(batch.weights)
+    new = batch.new_logp()
+    output = clipped_surrogate(new, batch.old, batch.mask, batch.advantages, ones)
+    reference_new = batch.new_logp()
+    reference = grpo_reference_loss(reference_new, batch.old, batch.mask, batch.advantages)
+    torch.testing.assert_close(output.loss, reference, rtol=1e-12, atol=1e-12)
+    output.loss.backward()
+    reference.backward()
+    torch.testing.assert_close(new.grad, reference_new.grad, rtol=1e-12, atol=1e-12)
+    assert output.pg_tokens == output.own_tokens == batch.mask.sum()
+    assert output.peer_tokens == output.clipped_peer == 0
+
+
+@SETTINGS
+@given(batch=batches, extra=st.integers(1, 4), junk=st.sampled_from([0.0, 50.0, float("nan")]))
+def test_padding_columns_change_nothing(batch: Batch, extra: int, junk: float) -> None:
+    rows = batch.new.shape[0]
+    pad = torch.full((rows, extra), junk, dtype=torch.float64)
+    new, padded_new = batch.new_logp(), torch.cat([batch.new, pad], 1).requires_grad_(True)
+    output = surrogate(batch, new, is_peer=batch.is_peer)
+    padded = clipped_surrogate(
+        padded_new,
+        torch.cat([batch.old, -pad], 1),
+        torch.cat([batch.mask, torch.zeros(rows, extra, dtype=torch.float64)], 1),
+        batch.advantages,
+        batch.weights,
+        is_peer=batch.is_peer,
+    )
+    torch.testing.assert_close(padded.loss, output.loss, rtol=1e-12, atol=1e-12)
+    output.loss.backward()
+    padded.loss.backward()
+    torch.testing.assert_close(padded_new.grad[:, : batch.new.shape[1]], new.grad)
+    assert torch.all(padded_new.grad[:, batch.new.shape[1] :] == 0)
+    for field in ("pg_tokens", "clipped_own", "clipped_peer", "own_tokens", "peer_tokens"):
+        assert getattr(padded, field) == getattr(output, field)
+
+
+@SETTINGS
+@given(batch=batches)
+def test_zero_advantage_rows_get_exactly_zero_gradient(batch: Batch) -> None:
+    new = batch.new_logp()
+    surrogate(batch, new).loss.backward()
+    assert torch.all(new.grad[batch.advantages == 0] == 0)
+
+
+@SETTINGS
+@given(batch=batches)
+def test_gradient_vanishes_exactly_where_the_clip_is_active(batch: Batch) -> None:
+    new = batch.new_logp()
+    output = surrogate(batch, new, is_peer=batch.is_peer)
+    output.loss.backward()
+    ratio = torch.exp(batch.new - batch.old)
+    a = batch.advantages[:, None]
+    kept = (batch.mask > 0) & (batch.weights > 0)[:, None]
+    active = kept & (((a > 0) & (ratio > 1 + EPS_HIGH)) | ((a < 0) & (ratio < 1 - EPS_LOW)))
+    assert torch.all(new.grad[active] == 0)
+    assert torch.all(new.grad[kept & ~active & (a != 0)] != 0)
+    peer = batch.is_peer[:, None]
+    assert output.clipped_own == (active & ~peer).sum()
+    assert output.clipped_peer == (active & peer).sum()
+
+
+@SETTINGS
+@given(batch=batches)
+def test_removed_rows_count_in_neither_numerator_nor_denominator(batch: Batch) -> None:
+    new = batch.new_logp()
+    output = surrogate(batch, new, is_peer=batch.is_peer, seq_ratio=batch.is_peer)
+    output.loss.backward()
+    kept = batch.weights > 0
+    new_kept = batch.new[kept].clone().requires_grad_(True)
+    reduced = clipped_surrogate(
+        new_kept,
+        batch.old[kept],
+        batch.mask[kept],
+        batch.advantages[kept],
+        batch.weights[kept],
+        is_peer=batch.is_peer[kept],
+        seq_ratio=batch.is_peer[kept],
+    )
+    torch.testing.assert_close(output.loss, reduced.loss, rtol=1e-12, atol=1e-12)
+    assert output.pg_tokens == batch.mask[kept].sum()
+    assert torch.all(new.grad[~kept] == 0)
+
+
+@SETTINGS
+@given(batch=batches)
+def test_unclipped_rows_use_the_plain_ratio_term(batch: Batch) -> None:
+    output = surrogate(batch, batch.new_logp(), clip=torch.zeros_like(batch.is_peer))
+    ratio = torch.exp(batch.new - batch.old)
+    kept_mask = batch.mask * (batch.weights > 0)[:, None]
+    per_token = batch.weights[:, None] * ratio * batch.advantages[:, None]
+    expected = -(per_token * kept_mask).sum() / kept_mask.sum().clamp(min=1)
+    torch.testing.assert_close(output.loss, expected, rtol=1e-12, atol=1e-12)
+    assert output.clipped_own == output.clipped_peer == 0
+
+
+@SETTINGS
+@given(batch=batches, gamma=st.floats(0.01, 1.0))
+def test_luffy_rows_use_the_shaped_probability_term(batch: Batch, gamma: float) -> None:
+    luffy = torch.ones_like(batch.is_peer)
+    output = surrogate(batch, batch.new_logp(), luffy=luffy, luffy_gamma=gamma)
+    prob = torch.exp(batch.new)
+    kept_mask = batch.mask * (batch.weights > 0)[:, None]
+    per_token = batch.weights[:, None] * prob / (prob + gamma) * batch.advantages[:, None]
+    expected = -(per_token * kept_mask).sum() / kept_mask.sum().clamp(min=1)
+    torch.testing.assert_close(output.loss, expected, rtol=1e-12, atol=1e-12)
+    assert output.clipped_own == output.clipped_peer == 0
+
+
+@SETTINGS
+@given(batch=batches)
+def test_sequence_ratio_rows_clip_one_ratio_per_response(batch: Batch) -> None:
+    everywhere = torch.ones_like(batch.is_peer)
+    output = surrogate(batch, batch.new_logp(), seq_ratio=everywhere)
+    kept_mask = batch.mask * (batch.weights > 0)[:, None]
+    lengths = kept_mask.sum(1)
+    log_ratio = ((batch.new - batch.old) * kept_mask).sum(1) / lengths.clamp(min=1)
+    ratio, a = torch.exp(log_ratio), batch.advantages
+    per_row = torch.minimum(ratio * a, torch.clamp(ratio, 1 - EPS_LOW, 1 + EPS_HIGH) * a)
+    expected = -(batch.weights * per_row * lengths).sum() / lengths.sum().clamp(min=1)
+    torch.testing.assert_close(output.loss, expected, rtol=1e-12, atol=1e-12)
+
+
+def test_no_retained_row_gives_zero_loss_and_zero_gradient() -> None:
+    new = torch.tensor([[-1.0, float("nan")], [-2.0, -3.0]], requires_grad=True)
+    output = clipped_surrogate(
+        new, torch.zeros(2, 2), torch.ones(2, 2), torch.tensor([1.0, -1.0]), torch.zeros(2)
+    )
+    output.loss.backward()
+    assert output.loss.item() == 0 and output.pg_tokens == 0
+    assert torch.all(new.grad == 0)
+
+
+def test_token_nll_is_the_mean_over_masked_tokens() -> None:
+    new = torch.tensor([[-1.0, -2.0, -9.0], [-3.0, -9.0, -9.0]], requires_grad=True)
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+    assert token_nll(new, mask).item() == pytest.approx(2.0)
+    empty = token_nll(new, torch.zeros_like(mask))
+    empty.backward()
+    assert empty.item() == 0 and torch.all(new.grad == 0)
+
+
+@SETTINGS
+@given(batch=batches, coef=st.floats(0.0, 1.0))
+def test_nll_rows_add_a_scaled_token_nll(batch: Batch, coef: float) -> None:
+    nll_rows = batch.weights == 0
+    output = surrogate(batch, batch.new_logp(), nll=nll_rows, nll_coef=coef)
+    without = surrogate(batch, batch.new_logp())
+    nll = token_nll(batch.new[nll_rows], batch.mask[nll_rows])
+    torch.testing.assert_close(output.loss, without.loss + coef * nll, rtol=1e-12, atol=1e-12)
+    assert output.nll_tokens == batch.mask[nll_rows].sum()
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "message"),
+    [
+        ({"weights": torch.tensor([1.0, -0.5])}, ValueError, "weights must be >= 0"),
+        ({"advantages": torch.tensor([1.0])}, ValueError, "advantages must have shape \\(2,\\)"),
+        ({"mask": torch.full((2, 3), 0.5)}, ValueError, "mask must hold only 0 and 1"),
+        ({"old_logp": torch.zeros(2, 2)}, ValueError, "old_logp has shape \\(2, 2\\)"),
+        ({"clip": torch.ones(2)}, TypeError, "clip must be a bool tensor"),
+        ({"luffy_gamma": 0.0}, ValueError, "luffy_gamma must be > 0"),
+        ({"eps_low": 1.0}, ValueError, "need 0 <= eps_low < 1"),
+        (
+            {"luffy": torch.tensor([True, False]), "seq_ratio": torch.tensor([True, False])},
+            ValueError,
+            "both luffy and seq_ratio",
+        ),
+    ],
+)
+def test_bad_input_is_rejected_with_a_clear_message(options, error, message) -> None:
+    inputs = {
+        "new_logp": torch.zeros(2, 3),
+        "old_logp": torch.zeros(2, 3),
+        "mask": torch.ones(2, 3),
+        "advantages": torch.tensor([1.0, -1.0]),
+        "weights": torch.ones(2),
+    }
+    inputs.update(options)
+    with pytest.raises(error, match=message):
+        clipped_surrogate(**inputs)

@@ -1,0 +1,144 @@
+"""Algorithm.build_batches: own groups, replacements, removals, ordering (GRAFT-SPEC §3-§5)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_algorithm_exchange import PAIR, N, TextScorer, make_rollouts, run_exchange
+
+
+def build(name: str, agents=PAIR, scorer=None, seed=0, **options):
+    algo, rollouts, transfers = run_exchange(name, agents, scorer, seed=seed, **options)
+    batches = algo.build_batches(rollouts, transfers, list(transfers), np.random.default_rng(seed))
+    return algo, rollouts, transfers, batches
+
+
+def summary(batch) -> list[tuple]:
+    """Comparable view of a batch: every sequence's fields, and the minibatches."""
+    rows = [
+        (
+            s.prompt_index,
+            tuple(s.response_token_ids),
+            tuple(s.old_logprobs),
+            s.advantage,
+            s.weight,
+            s.is_peer,
+            s.source,
+            s.clip,
+            s.policy_gradient,
+            s.nll,
+        )
+        for s in batch.sequences
+    ]
+    return [rows, batch.minibatches, batch.prompts]
+
+
+def test_without_transfers_graft_builds_exactly_the_grpo_batch() -> None:
+    no_overlap = {"A": [1, 2, 0], "B": [0, 3, 4]}  # no receiver all-fail with an informative peer
+    _, _, transfers, graft = build("graft", no_overlap)
+    _, _, _, grpo = build("grpo", no_overlap)
+    assert transfers == {"A": [], "B": []}
+    for agent in no_overlap:
+        assert summary(graft[agent]) == summary(grpo[agent])
+
+
+def test_grpo_batch_holds_every_own_response_in_near_equal_minibatches() -> None:
+    algo, rollouts, _, batches = build("grpo")
+    batch = batches["A"]
+    assert len(batch.sequences) == len(PAIR["A"]) * N
+    sizes = [len(mb) for mb in batch.minibatches]
+    assert sorted(j for mb in batch.minibatches for j in mb) == list(range(len(batch.sequences)))
+    assert len(sizes) == 4 and max(sizes) - min(sizes) <= N  # whole groups, 7 over 4 chunks
+    first = batch.sequences[N + 1]
+    assert first.prompt_index == 1 and first.advantage == rollouts["A"].advantages[1, 1]
+    assert first.response_token_ids == rollouts["A"].token_ids[1][1]
+    assert algo.last_batch_stats["A"]["own_groups"] == len(PAIR["A"])
+
+
+def test_transferred_groups_replace_own_groups_and_run_last() -> None:
+    algo, rollouts, transfers, batches = build("graft")
+    batch = batches["A"]
+    own_prompts = {s.prompt_index for s in batch.sequences if not s.is_peer}
+    assert own_prompts == {1, 3, 4, 5, 6}  # 0 and 2 were replaced by B's groups
+    peers = [s for s in batch.sequences if s.is_peer]
+    assert [(s.prompt_index, s.source) for s in peers] == [(0, "B")] * N + [(2, "B")] * N
+    group = transfers["A"][0]
+    assert peers[1].old_logprobs.tolist() == group.scored[1].logprobs.tolist()
+    assert peers[1].response_token_ids == group.scored[1].token_ids
+    assert peers[1].advantage == rollouts["B"].advantages[0, 1]
+    order = [j for mb in batch.minibatches for j in mb]
+    first_peer = min(order.index(j) for j, s in enumerate(batch.sequences) if s.is_peer)
+    assert all(batch.sequences[j].is_peer for j in order[first_peer:])
+    assert algo.last_batch_stats["A"]["replaced_groups"] == 2
+
+
+def test_peer_first_runs_transferred_groups_first() -> None:
+    _, _, _, batches = build("graft-peer-first")
+    batch = batches["A"]
+    order = [j for mb in batch.minibatches for j in mb]
+    assert all(batch.sequences[j].is_peer for j in order[: 2 * N])
+
+
+def test_random_order_follows_the_seed() -> None:
+    first = build("graft-peer-random", seed=4)[3]["A"].minibatches
+    assert first == build("graft-peer-random", seed=4)[3]["A"].minibatches
+    assert any(build("graft-peer-random", seed=s)[3]["A"].minibatches != first for s in range(5))
+
+
+def test_removed_responses_are_absent_and_counted() -> None:
+    texts = make_rollouts("B", PAIR["B"]).texts[0]
+    scorer = TextScorer({texts[0]: -2.0, texts[3]: -0.9})
+    algo, _, _, batches = build("graft", scorer=scorer)
+    peers = [s for s in batches["A"].sequences if s.is_peer and s.prompt_index == 0]
+    assert len(peers) == N - 1
+    assert [s.weight for s in peers] == pytest.approx([1.0, 1.0, 1.0])
+    assert algo.last_batch_stats["A"]["removed_peer_responses"] == 1
+
+
+def test_clip_flags_follow_the_config() -> None:
+    _, _, _, graft = build("graft")
+    _, _, _, no_clip = build("graft-no-clip")
+    _, _, _, everywhere = build("graft-no-clip", clip_own=False)
+    for batches, own_clip, peer_clip in (
+        (graft, True, True),
+        (no_clip, True, False),
+        (everywhere, False, False),
+    ):
+        assert {s.clip for s in batches["A"].sequences if not s.is_peer} == {own_clip}
+        assert {s.clip for s in batches["A"].sequences if s.is_peer} == {peer_clip}
+
+
+def test_pooled_keeps_the_own_group_with_pooled_advantages() -> None:
+    algo, rollouts, transfers, batches = build("graft-pooled")
+    own_p0 = [s for s in batches["A"].sequences if s.prompt_index == 0 and not s.is_peer]
+    expected = algo.strategy.own_advantages("A", rollouts, transfers["A"])[0]
+    assert [s.advantage for s in own_p0] == pytest.approx(expected.tolist())
+    assert all(a < 0 for a in expected)
+    assert algo.last_batch_stats["A"]["replaced_groups"] == 0
+    order = [batches["A"].sequences[j].is_peer for mb in batches["A"].minibatches for j in mb]
+    assert order == sorted(order)  # every own group (pooled ones too) before every peer group
+    assert all(type(j) is int for mb in batches["A"].minibatches for j in mb)
+
+
+def test_dynamic_sampling_drops_uninformative_groups_and_counts_them() -> None:
+    algo, _, _, batches = build("grpo-dynamic")
+    assert {s.prompt_index for s in batches["A"].sequences} == {4}
+    assert algo.last_batch_stats["A"]["dynamic_dropped_groups"] == len(PAIR["A"]) - 1
+
+
+def test_sgt_adds_nll_only_rows_and_keeps_own_groups() -> None:
+    _, _, _, batches = build("sgt")
+    batch = batches["A"]
+    assert {s.prompt_index for s in batch.sequences if not s.is_peer} == set(range(len(PAIR["A"])))
+    peers = [s for s in batch.sequences if s.is_peer]
+    assert len(peers) == 3 and all(s.nll and not s.policy_gradient for s in peers)
+
+
+def test_build_batches_rejects_missing_receivers_and_broken_groups() -> None:
+    algo, rollouts, transfers = run_exchange("graft", PAIR)
+    rng = np.random.default_rng(0)
+    with pytest.raises(ValueError, match="no entry for receivers"):
+        algo.build_batches(rollouts, {"A": transfers["A"]}, ["A", "B"], rng)
+    transfers["A"][0].weights = np.ones(N - 1)
+    with pytest.raises(ValueError, match="inconsistent lengths"):
+        algo.build_batches(rollouts, transfers, ["A", "B"], rng)

@@ -1,0 +1,240 @@
+"""Exchange strategies on hand-built rollouts (two and three agents, GRAFT-SPEC §2-§4, §7-§8).
+
+The builders at the top are shared with the other tests in this folder
+(`from test_algorithm_exchange import ...`). The scorer is a deterministic
+function of the text, standing in for the receiver's real π_old re-scoring.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+import algorithms
+from algorithms.types import AgentRollouts, ScoredText
+
+N = 4
+GEN_LOGP = -1.0  # every source token's generation log-prob in these tests
+
+
+def rewards_with_k(ks: Sequence[int], n: int = N) -> np.ndarray:
+    """Binary rewards [P, n] whose row p has ks[p] successes (first ks[p] responses)."""
+    return np.array([[1.0] * k + [0.0] * (n - k) for k in ks])
+
+
+def make_rollouts(agent: str, ks: Sequence[int], n: int = N) -> AgentRollouts:
+    """Rollouts of `agent` with success counts `ks`; texts name agent, prompt and response."""
+    rewards = rewards_with_k(ks, n)
+    num_prompts = len(ks)
+    texts = [
+        [f"{agent} p{p} r{i} {'right' if rewards[p, i] else 'wrong'}" for i in range(n)]
+        for p in range(num_prompts)
+    ]
+    token_ids = [
+        [[100 + p, 200 + i, 300][: 2 + i % 2] for i in range(n)] for p in range(num_prompts)
+    ]
+    logprobs = [[np.full(len(ids), GEN_LOGP) for ids in row] for row in token_ids]
+    return AgentRollouts(
+        agent=agent,
+        prompt_ids=[f"q{p}" for p in range(num_prompts)],
+        prompts=[f"prompt {p}" for p in range(num_prompts)],
+        texts=texts,
+        token_ids=token_ids,
+        logprobs=logprobs,
+        rewards=rewards,
+    )
+
+
+class TextScorer:
+    """Receiver re-scoring as a pure function of the text: mean log-prob from a table."""
+
+    def __init__(self, mean_logp: dict[str, float] | None = None) -> None:
+        self.mean_logp = mean_logp or {}
+        self.calls: list[tuple[str, list[int], list[str]]] = []
+
+    def __call__(self, receiver: str, prompts: Sequence[int], texts: Sequence[str]):
+        self.calls.append((receiver, list(prompts), list(texts)))
+        return [
+            ScoredText(
+                token_ids=list(range(1, 3 + len(text) % 3)),
+                logprobs=np.full(2 + len(text) % 3, self.mean_logp.get(text, GEN_LOGP)),
+            )
+            for text in texts
+        ]
+
+
+def run_exchange(name: str, agents: dict[str, Sequence[int]], scorer=None, seed=0, **options):
+    """make(name), compute advantages, exchange to every agent; returns (algo, rollouts, out)."""
+    receivers = options.pop("receivers", None) or list(agents)
+    algo = algorithms.make(name, n=N, **options)
+    rollouts = {agent: make_rollouts(agent, ks) for agent, ks in agents.items()}
+    algo.compute_advantages(rollouts)
+    transfers = algo.exchange(
+        rollouts, receivers, scorer or TextScorer(), np.random.default_rng(seed)
+    )
+    return algo, rollouts, transfers
+
+
+# k per prompt. B->A candidates {0 (k_B=3), 1 (1), 2 (3)}; A->B candidates {4 (k_A=2)};
+# m = 1, so B->A keeps its best (k_B=3) plus the tie: prompts 0 and 2.
+PAIR = {"A": [0, 0, 0, 0, 2, 4, 0], "B": [3, 1, 3, 0, 0, 0, 0]}
+
+
+def prompts_of(groups) -> list[tuple[str, int]]:
+    return [(g.source, g.prompt_index) for g in groups]
+
+
+def test_gate_selects_balanced_prompts_with_ties_and_keeps_source_advantages() -> None:
+    algo, rollouts, transfers = run_exchange("graft", PAIR)
+    assert prompts_of(transfers["A"]) == [("B", 0), ("B", 2)]
+    assert prompts_of(transfers["B"]) == [("A", 4)]
+    for group in transfers["A"]:
+        np.testing.assert_array_equal(
+            group.advantages, rollouts["B"].advantages[group.prompt_index]
+        )
+        assert group.texts == rollouts["B"].texts[group.prompt_index]
+        np.testing.assert_array_equal(group.weights, np.ones(N))  # scorer agrees: s = 1
+    stats = algo.last_exchange_stats.directions
+    assert stats[("B", "A")].candidates == 3 and stats[("A", "B")].candidates == 1
+    assert stats[("B", "A")].selected_prompts == [0, 2]
+    assert stats[("B", "A")].admitted == 2 * N
+
+
+def test_no_balance_transfers_every_candidate() -> None:
+    _, _, transfers = run_exchange("graft-no-balance", PAIR)
+    assert prompts_of(transfers["A"]) == [("B", 0), ("B", 1), ("B", 2)]
+    assert prompts_of(transfers["B"]) == [("A", 4)]
+
+
+def test_compatibility_weights_remove_implausible_responses_but_keep_them_listed() -> None:
+    texts = make_rollouts("B", PAIR["B"]).texts[0]
+    scorer = TextScorer({texts[0]: -1.5, texts[1]: -1.1, texts[2]: -0.5})  # s = e^-.5, e^-.1, e^.5
+    algo, _, transfers = run_exchange("graft", PAIR, scorer)
+    group = transfers["A"][0]
+    np.testing.assert_allclose(group.weights, [0.0, np.exp(-0.1), 1.0, 1.0])
+    assert len(group.scored) == N
+    direction = algo.last_exchange_stats.directions[("B", "A")]
+    assert direction.removed_by_weight == 1 and direction.admitted == 2 * N - 1
+    np.testing.assert_allclose(direction.scores[:3], np.exp([-0.5, -0.1, 0.5]))
+    assert scorer.calls[0][:2] == ("A", [0] * N + [2] * N)
+
+
+def test_no_floor_and_no_compat_change_only_the_weights() -> None:
+    texts = make_rollouts("B", PAIR["B"]).texts[0]
+    scorer = TextScorer({texts[0]: -1.5})
+    _, _, no_floor = run_exchange("graft-no-floor", PAIR, scorer)
+    _, _, no_compat = run_exchange("graft-no-compat", PAIR, scorer)
+    assert no_floor["A"][0].weights[0] == pytest.approx(np.exp(-0.5))
+    np.testing.assert_array_equal(no_compat["A"][0].weights, np.ones(N))
+
+
+def test_success_only_gives_failed_source_responses_weight_zero_and_counts_them() -> None:
+    algo, rollouts, transfers = run_exchange("graft-success-only", PAIR)
+    for group in transfers["A"]:
+        correct = rollouts["B"].rewards[group.prompt_index] > 0
+        np.testing.assert_array_equal(group.weights, correct.astype(float))
+    assert algo.last_exchange_stats.directions[("B", "A")].removed_failures == 2  # 1 + 1 wrong
+
+
+def test_pooled_advantages_are_over_both_groups() -> None:
+    algo, rollouts, transfers = run_exchange("graft-pooled", PAIR)
+    group = transfers["A"][0]
+    pooled = np.concatenate([rollouts["A"].rewards[0], rollouts["B"].rewards[0]])
+    expected = (pooled - pooled.mean()) / (pooled.std() + 1e-6)
+    np.testing.assert_allclose(group.advantages, expected[N:])
+    own = algo.strategy.own_advantages("A", rollouts, transfers["A"])
+    np.testing.assert_allclose(own[0], expected[:N])
+    assert (own[0] < 0).all()  # the receiver's failures now carry signal
+    np.testing.assert_array_equal(own[3], rollouts["A"].advantages[3])  # untouched prompt
+
+
+def test_random_prompts_keep_counts_draw_from_all_fail_prompts_and_follow_the_seed() -> None:
+    _, rollouts, first = run_exchange("graft-random-prompts", PAIR, seed=7)
+    _, _, again = run_exchange("graft-random-prompts", PAIR, seed=7)
+    assert prompts_of(first["A"]) == prompts_of(again["A"])
+    assert len(first["A"]) == 2 and len(first["B"]) == 1
+    for receiver, groups in first.items():
+        assert all(rollouts[receiver].k[g.prompt_index] == 0 for g in groups)
+    drawn = {
+        tuple(prompts_of(run_exchange("graft-random-prompts", PAIR, seed=s)[2]["A"]))
+        for s in range(12)
+    }
+    assert len(drawn) > 1
+
+
+def test_random_admission_admits_as_many_as_the_floor_at_random() -> None:
+    texts = make_rollouts("B", PAIR["B"]).texts[0]
+    scorer = TextScorer({texts[0]: -1.5, texts[1]: -1.1})  # floor admits 3 of 4
+    _, _, first = run_exchange("graft-random-admission", PAIR, scorer, seed=3)
+    _, _, again = run_exchange("graft-random-admission", PAIR, scorer, seed=3)
+    weights = first["A"][0].weights
+    np.testing.assert_array_equal(weights, again["A"][0].weights)
+    assert np.count_nonzero(weights) == 3
+    s = np.exp([-0.5, -0.1, 0.0, 0.0])
+    admitted = weights > 0
+    np.testing.assert_allclose(weights[admitted], np.minimum(s, 1.0)[admitted])
+
+
+def test_stored_is_one_way_and_unbalanced() -> None:
+    algo, _, transfers = run_exchange("graft-stored", PAIR, receivers=["A"])
+    assert list(transfers) == ["A"]
+    assert prompts_of(transfers["A"]) == [("B", 0), ("B", 1), ("B", 2)]
+    assert list(algo.last_exchange_stats.directions) == [("B", "A")]
+
+
+def test_three_agents_take_the_best_informative_peer_then_balance_pairwise() -> None:
+    # Receiver A: prompt 0 could come from B (k=3) or C (k=1): B wins; 1 from C; 2 from B.
+    # Proposals: A->B {3, 4}, B->A {0, 2}; A->C {4, 5}, C->A {1}; B->C {2}, C->B {1}.
+    # Pair (A, C) has m = 1 and A->C keeps both prompts because k_A ties at 3.
+    agents = {
+        "A": [0, 0, 0, 2, 3, 3, 0],
+        "B": [3, 0, 2, 0, 0, 1, 0],
+        "C": [1, 2, 0, 1, 0, 0, 0],
+    }
+    _, rollouts, transfers = run_exchange("graft", agents)
+    assert prompts_of(transfers["A"]) == [("B", 0), ("B", 2), ("C", 1)]
+    assert prompts_of(transfers["B"]) == [("A", 3), ("A", 4), ("C", 1)]
+    assert prompts_of(transfers["C"]) == [("A", 4), ("A", 5), ("B", 2)]
+    np.testing.assert_array_equal(transfers["A"][2].advantages, rollouts["C"].advantages[1])
+
+
+def test_single_agent_and_none_strategy_transfer_nothing() -> None:
+    _, _, alone = run_exchange("graft", {"A": [0, 1, 2]})
+    _, _, grpo = run_exchange("grpo", PAIR)
+    assert alone == {"A": []} and grpo == {"A": [], "B": []}
+
+
+def test_sgt_sends_one_correct_peer_response_per_all_fail_prompt() -> None:
+    algo, rollouts, first = run_exchange("sgt", PAIR, seed=5)
+    _, _, again = run_exchange("sgt", PAIR, seed=5)
+    # A failed 0..3 and 6; B has a correct response on 0, 1, 2. B failed 3..6; A on 4, 5.
+    assert prompts_of(first["A"]) == [("B", 0), ("B", 1), ("B", 2)]
+    assert prompts_of(first["B"]) == [("A", 4), ("A", 5)]
+    for group in first["A"] + first["B"]:
+        (i,) = group.response_indices
+        assert rollouts[group.source].rewards[group.prompt_index, i] == 1.0
+        np.testing.assert_array_equal(group.weights, [1.0])
+    assert [g.response_indices.tolist() for g in first["A"]] == [
+        g.response_indices.tolist() for g in again["A"]
+    ]
+    assert not algo.strategy.replaces_own_groups
+
+
+def test_exchange_rejects_bad_inputs_with_clear_errors() -> None:
+    algo = algorithms.make("graft", n=N)
+    rollouts = {a: make_rollouts(a, ks) for a, ks in PAIR.items()}
+    rng = np.random.default_rng(0)
+    with pytest.raises(ValueError, match="compute_advantages"):
+        algo.exchange(rollouts, ["A", "B"], TextScorer(), rng)
+    algo.compute_advantages(rollouts)
+    with pytest.raises(ValueError, match=r"receivers \['Z'\]"):
+        algo.exchange(rollouts, ["Z"], TextScorer(), rng)
+    with pytest.raises(ValueError, match="returned 0 results"):
+        algo.exchange(rollouts, ["A"], lambda receiver, prompts, texts: [], rng)
+    rollouts["B"].prompt_ids[0] = "other"
+    with pytest.raises(ValueError, match="different prompt batches"):
+        algo.exchange(rollouts, ["A"], TextScorer(), rng)
+    with pytest.raises(ValueError, match="config n=8"):
+        algorithms.make("graft").compute_advantages(rollouts)

@@ -1,0 +1,178 @@
+"""Algorithm.loss against `clipped_surrogate` on hand-collated tensors (GRAFT-SPEC §5, §7)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from test_algorithm_exchange import PAIR, TextScorer, make_rollouts, run_exchange
+
+import algorithms
+from algorithms.core import clipped_surrogate
+
+EXTRA_PADDING = 2
+
+
+def batch_sequences(name: str, **options):
+    """All of receiver A's sequences for `name`, with a scorer that removes one response."""
+    texts = make_rollouts("B", PAIR["B"]).texts[0]
+    scorer = TextScorer({texts[0]: -2.0, texts[1]: -1.1, texts[3]: -0.7})
+    algo, rollouts, transfers = run_exchange(name, PAIR, scorer, **options)
+    batches = algo.build_batches(rollouts, transfers, ["A", "B"], np.random.default_rng(0))
+    return algo, batches["A"].sequences
+
+
+def new_logp_for(sequences, seed: int = 0, shift: float = 0.3) -> torch.Tensor:
+    """old + noise on response tokens; junk (+5) on padding, which must be ignored."""
+    width = max(len(s.response_token_ids) for s in sequences) + EXTRA_PADDING
+    generator = torch.Generator().manual_seed(seed)
+    values = torch.full((len(sequences), width), 5.0, dtype=torch.float64)
+    for j, s in enumerate(sequences):
+        length = len(s.response_token_ids)
+        noise = shift * torch.randn(length, generator=generator, dtype=torch.float64)
+        values[j, :length] = torch.as_tensor(s.old_logprobs) + noise
+    return values.requires_grad_(True)
+
+
+def hand_collate(sequences, width: int) -> dict[str, torch.Tensor]:
+    rows = len(sequences)
+    old, mask = torch.zeros(rows, width, dtype=torch.float64), torch.zeros(rows, width)
+    for j, s in enumerate(sequences):
+        length = len(s.old_logprobs)
+        old[j, :length] = torch.as_tensor(s.old_logprobs)
+        mask[j, :length] = 1.0
+    return {
+        "old_logp": old,
+        "mask": mask.double(),
+        "advantages": torch.tensor([s.advantage for s in sequences], dtype=torch.float64),
+        "weights": torch.tensor(
+            [s.weight if s.policy_gradient else 0.0 for s in sequences], dtype=torch.float64
+        ),
+        "clip": torch.tensor([s.clip for s in sequences]),
+        "is_peer": torch.tensor([s.is_peer for s in sequences]),
+    }
+
+
+def reference(new_logp, sequences, rows=None, **flags) -> torch.Tensor:
+    """clipped_surrogate on the hand-collated rows `rows` (all by default)."""
+    rows = list(range(len(sequences))) if rows is None else rows
+    chosen = [sequences[j] for j in rows]
+    t = hand_collate(chosen, new_logp.shape[1])
+    return clipped_surrogate(
+        new_logp[rows],
+        t["old_logp"],
+        t["mask"],
+        t["advantages"],
+        t["weights"],
+        clip=t["clip"],
+        is_peer=t["is_peer"],
+        **flags,
+    )
+
+
+def assert_same_loss_and_gradient(algo, sequences, expected_fn) -> dict[str, float]:
+    new_logp = new_logp_for(sequences)
+    loss, stats = algo.loss(new_logp, sequences)
+    (grad,) = torch.autograd.grad(loss, new_logp)
+    same_logp = new_logp.detach().clone().requires_grad_(True)
+    expected = expected_fn(same_logp)
+    (expected_grad,) = torch.autograd.grad(expected, same_logp)
+    assert loss.item() == pytest.approx(expected.item(), abs=1e-12)
+    torch.testing.assert_close(grad, expected_grad)
+    return stats
+
+
+def test_graft_loss_is_clipped_surrogate_on_the_collated_batch() -> None:
+    algo, sequences = batch_sequences("graft")
+    assert any(s.is_peer for s in sequences) and any(s.weight < 1 for s in sequences)
+    stats = assert_same_loss_and_gradient(
+        algo, sequences, lambda logp: reference(logp, sequences).loss
+    )
+    out = reference(new_logp_for(sequences), sequences)
+    assert stats["pg_tokens"] == out.pg_tokens.item()
+    assert stats["clip_frac_peer"] == pytest.approx(out.clipped_peer.item() / stats["peer_tokens"])
+
+
+def test_sequence_ratio_and_luffy_rows_follow_the_config() -> None:
+    algo, seq = batch_sequences("graft-seq-ratio")
+    rows = len(seq)
+    assert_same_loss_and_gradient(
+        algo, seq, lambda logp: reference(logp, seq, seq_ratio=torch.ones(rows, dtype=bool)).loss
+    )
+    algo, seq = batch_sequences("luffy")
+    luffy_rows = torch.tensor([s.is_peer for s in seq])
+    assert_same_loss_and_gradient(
+        algo, seq, lambda logp: reference(logp, seq, luffy=luffy_rows).loss
+    )
+
+
+def test_separate_peer_clip_range_recombines_by_token_counts() -> None:
+    algo, seq = batch_sequences("graft", peer_eps_low=0.1, peer_eps_high=0.0)
+    own = [j for j, s in enumerate(seq) if not s.is_peer]
+    peer = [j for j, s in enumerate(seq) if s.is_peer]
+
+    def expected(logp: torch.Tensor) -> torch.Tensor:
+        own_out = reference(logp, seq, own)
+        peer_out = reference(logp, seq, peer, eps_low=0.1, eps_high=0.0)
+        tokens = own_out.pg_tokens + peer_out.pg_tokens
+        return (own_out.loss * own_out.pg_tokens + peer_out.loss * peer_out.pg_tokens) / tokens
+
+    assert_same_loss_and_gradient(algo, seq, expected)
+
+
+def test_sgt_adds_the_nll_of_peer_rows_to_the_own_policy_gradient() -> None:
+    algo, seq = batch_sequences("sgt")
+    own = [j for j, s in enumerate(seq) if not s.is_peer]
+    peer = [j for j, s in enumerate(seq) if s.is_peer]
+
+    def expected(logp: torch.Tensor) -> torch.Tensor:
+        tokens = [logp[j, t] for j in peer for t in range(len(seq[j].response_token_ids))]
+        nll = -torch.stack(tokens).mean()
+        return reference(logp, seq, own).loss + 0.1 * nll
+
+    stats = assert_same_loss_and_gradient(algo, seq, expected)
+    assert stats["peer_tokens"] == 0 and stats["nll_tokens"] > 0
+
+
+def test_clip_statistics_count_own_and_peer_tokens_separately() -> None:
+    algo, seq = batch_sequences("graft")
+    pushed = new_logp_for(seq, shift=0.0).detach() + 1.0  # ratio e > 1 + eps_high everywhere
+    _, stats = algo.loss(pushed, seq)
+    positive_own = sum(len(s.old_logprobs) for s in seq if not s.is_peer and s.advantage > 0)
+    assert stats["clipped_own"] == positive_own
+    assert stats["clip_frac_own"] == pytest.approx(positive_own / stats["own_tokens"])
+
+
+def test_loss_rejects_misaligned_inputs() -> None:
+    algo, seq = batch_sequences("graft")
+    good = new_logp_for(seq)
+    with pytest.raises(ValueError, match="rows for"):
+        algo.loss(good[:-1], seq)
+    with pytest.raises(ValueError, match="has only"):
+        algo.loss(good[:, :1], seq)
+    with pytest.raises(ValueError, match="must be \\[B, T\\]"):
+        algo.loss(good[0], seq)
+
+
+@pytest.mark.parametrize("name", sorted(algorithms.available()))
+def test_every_entry_runs_a_full_step_with_finite_loss_and_gradient(name: str) -> None:
+    receivers = ["A"] if name == "graft-stored" else ["A", "B"]
+    algo, rollouts, transfers = run_exchange(name, PAIR, receivers=receivers)
+    batches = algo.build_batches(rollouts, transfers, receivers, np.random.default_rng(0))
+    for batch in batches.values():
+        assert sorted(j for mb in batch.minibatches for j in mb) == list(
+            range(len(batch.sequences))
+        )
+        for minibatch in batch.minibatches:
+            sequences = [batch.sequences[j] for j in minibatch]
+            new_logp = new_logp_for(sequences, seed=len(minibatch))
+            loss, stats = algo.loss(new_logp, sequences)
+            (grad,) = torch.autograd.grad(loss, new_logp)
+            assert torch.isfinite(loss) and torch.isfinite(grad).all()
+            assert stats["pg_tokens"] + stats["nll_tokens"] > 0
+
+
+def test_an_empty_minibatch_has_zero_loss() -> None:
+    algo = algorithms.make("graft")
+    loss, stats = algo.loss(torch.zeros(0, 3, dtype=torch.float64, requires_grad=True), [])
+    assert loss.item() == 0.0 and stats["pg_tokens"] == 0

@@ -1,0 +1,149 @@
+"""The algorithm registry: names, presets as option changes, and clear errors (GRAFT-SPEC §7)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+import algorithms
+from algorithms import AlgorithmConfig
+from algorithms.exchange import available_strategies
+
+REQUIRED = [
+    "grpo", "grpo-dynamic", "graft", "graft-no-compat", "graft-no-floor", "graft-no-clip",
+    "graft-naive", "graft-no-balance", "graft-seq-ratio", "graft-random-prompts",
+    "graft-random-admission", "graft-peer-first", "graft-peer-random", "graft-pooled",
+    "graft-success-only", "graft-success-only-no-floor", "graft-stored", "sgt", "luffy", "hacpo",
+]  # fmt: skip
+
+# Every entry as (base entry, the fields it changes, their values) - written out by hand from
+# the SPEC table, independently of algorithms/presets.py.
+VARIANTS = {
+    "grpo-dynamic": ("grpo", {"dynamic_sampling": True}),
+    "graft": ("grpo", {"exchange": "graft"}),
+    "graft-no-compat": ("graft", {"compat": False}),
+    "graft-no-floor": ("graft", {"delta": 0.0}),
+    "graft-no-clip": ("graft", {"peer_clip": False}),
+    "graft-naive": ("graft", {"compat": False, "peer_clip": False}),
+    "graft-no-balance": ("graft", {"balance": False}),
+    "graft-seq-ratio": ("graft", {"ratio": "sequence"}),
+    "graft-random-prompts": ("graft", {"selection": "random_prompts"}),
+    "graft-random-admission": ("graft", {"admission": "random"}),
+    "graft-peer-first": ("graft", {"order": "peer_first"}),
+    "graft-peer-random": ("graft", {"order": "random"}),
+    "graft-pooled": ("graft", {"pooled": True}),
+    "graft-success-only": ("graft", {"success_only": True}),
+    "graft-success-only-no-floor": ("graft", {"success_only": True, "delta": 0.0}),
+    "graft-stored": ("graft", {"stored": True, "balance": False}),
+    "luffy": ("graft", {"peer_objective": "luffy", "compat": False, "peer_clip": False}),
+    "sgt": ("grpo", {"exchange": "sgt", "peer_objective": "nll"}),
+    "hacpo": (
+        "grpo",
+        {"exchange": "hacpo", "ratio": "sequence", "eps_low": 3e-4, "eps_high": 4e-4,
+         "peer_eps_low": 0.2, "peer_eps_high": 0.0, "adv_ddof": 1},
+    ),
+}  # fmt: skip
+
+
+def changed_fields(config: AlgorithmConfig, base: AlgorithmConfig) -> dict[str, object]:
+    return {
+        f.name: getattr(config, f.name)
+        for f in dataclasses.fields(config)
+        if getattr(config, f.name) != getattr(base, f.name)
+    }
+
+
+def test_every_required_entry_exists_constructs_and_validates() -> None:
+    assert set(REQUIRED) <= set(algorithms.available())
+    assert algorithms.available() == sorted(algorithms.available())
+    for name in REQUIRED:
+        algo = algorithms.make(name)
+        assert algo.name == name
+        assert algo.config.validate() is algo.config
+        assert algo.strategy.name == algo.config.exchange
+
+
+def test_variants_differ_from_their_base_in_exactly_the_documented_fields() -> None:
+    assert set(VARIANTS) | {"grpo"} == set(REQUIRED)
+    for name, (base, changes) in VARIANTS.items():
+        assert changed_fields(algorithms.preset(name), algorithms.preset(base)) == changes, name
+
+
+def test_grpo_defaults_are_the_papers_baseline() -> None:
+    config = algorithms.preset("grpo")
+    assert (config.n, config.eps_low, config.eps_high, config.num_minibatches) == (8, 0.2, 0.28, 4)
+    assert (config.exchange, config.delta, config.adv_eps) == ("none", 0.8, 1e-6)
+    for n in (16, 32):
+        assert algorithms.make("grpo", n=n).config == dataclasses.replace(config, n=n)
+
+
+def test_every_field_is_documented_and_the_config_is_frozen() -> None:
+    config = AlgorithmConfig()
+    help_texts = config.describe()
+    assert set(help_texts) == {f.name for f in dataclasses.fields(config)}
+    assert all(len(text) > 10 for text in help_texts.values())
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.n = 16  # type: ignore[misc]
+
+
+def test_unknown_names_and_options_list_what_is_valid() -> None:
+    with pytest.raises(
+        ValueError, match=r"unknown algorithm 'grpoo'; available: \[.*'graft'.*'grpo'"
+    ):
+        algorithms.make("grpoo")
+    with pytest.raises(ValueError, match=r"unknown option\(s\) \['detla'\].*'delta'"):
+        algorithms.make("graft", detla=0.5)
+    with pytest.raises(
+        ValueError, match=r"exchange = 'magic' is invalid: it must be one of \[.*'graft'"
+    ):
+        algorithms.make("graft", exchange="magic")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"n": 1}, r"n = 1 is invalid: it must be >= 2"),
+        ({"n": "8"}, r"n = '8' is invalid: it must be of type int"),
+        ({"balance": "yes"}, r"balance = 'yes' is invalid: it must be of type bool"),
+        ({"eps_low": 1.5}, r"eps_low = 1.5 is invalid: it must be in \[0, 1\)"),
+        ({"delta": float("nan")}, r"delta = nan is invalid"),
+        ({"order": "sideways"}, r"order = 'sideways' .*'peer_last', 'peer_first', 'random'"),
+        ({"ratio": "tokens"}, r"ratio = 'tokens' .*\['token', 'sequence'\]"),
+        ({"adv_ddof": 8}, r"adv_ddof = 8 is invalid: it must be in \[0, n=8\)"),
+        ({"peer_eps_high": -0.1}, r"peer_eps_high = -0.1"),
+        ({"capability_ratio_max": 0.01}, r"capability_ratio_max = 0.01"),
+    ],
+)
+def test_bad_values_name_the_field_and_what_it_accepts(overrides, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        algorithms.make("graft", **overrides)
+
+
+@pytest.mark.parametrize(
+    ("name", "overrides", "message"),
+    [
+        ("sgt", {"peer_objective": "ppo"}, r"peer_objective = 'ppo'.*exchange='sgt'"),
+        ("graft", {"peer_objective": "nll"}, r"peer_objective = 'nll'"),
+        ("luffy", {"peer_clip": True}, r"peer_clip = True.*LUFFY"),
+        ("graft-stored", {"balance": True}, r"balance = True.*stored"),
+        ("graft", {"dynamic_sampling": True}, r"dynamic_sampling = True"),
+        ("grpo", {"pooled": True}, r"pooled = True.*unless exchange='graft'"),
+        ("graft-no-compat", {"admission": "random"}, r"admission = 'random'.*compat=False"),
+    ],
+)
+def test_contradictory_options_are_rejected(name, overrides, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        algorithms.make(name, **overrides)
+
+
+def test_register_adds_a_preset_and_refuses_duplicates() -> None:
+    @algorithms.register("test-grpo-n16-sequence")
+    def grpo_n16_sequence() -> AlgorithmConfig:
+        return dataclasses.replace(algorithms.preset("grpo"), n=16, ratio="sequence")
+
+    assert "test-grpo-n16-sequence" in algorithms.available()
+    assert algorithms.make("test-grpo-n16-sequence").config.n == 16
+    with pytest.raises(ValueError, match="already registered"):
+        algorithms.register("graft")(grpo_n16_sequence)
+    assert {"none", "graft", "sgt", "hacpo"} <= set(available_strategies())
