@@ -85,9 +85,27 @@ class Algorithm:
         A prompt that received data drops the receiver's own group when the strategy
         replaces groups (GRAFT); pooled strategies keep both. Transferred responses with
         w = 0 are left out; dynamic sampling leaves out own groups with k in {0, n}.
-        Both are counted in `last_batch_stats[receiver]`. Minibatches are cut from whole
-        groups (an own group, or one transferred group) ordered by `config.order`; with
-        peer_last every own group runs before every transferred one, pooled or not.
+        All are counted in `last_batch_stats[receiver]`.
+
+        Minibatch units are prompts: every row of one prompt (its own group, the
+        transferred group that replaced it, the source half of a pooled 2n group, its
+        SGT picks) is one unit, never split, so own groups are chunked exactly as in
+        GRPO and transferred rows share a minibatch with their prompt. A unit is a
+        peer unit, run last under peer_last (§4.2), when it holds a transferred row
+        that enters the clipped surrogate: peer-last exists so that clipping can
+        act on peer ratios, and SGT's NLL-only picks have no ratio, so SGT orders
+        and chunks its prompts exactly as GRPO does. Strategies whose
+        `units_by_prompt` is False (HACPO) make the own group and each transferred
+        group separate units instead.
+
+        With SGT each minibatch's loss is therefore its GRPO token-mean plus
+        `sgt_coef` x the mean NLL of the picks in that minibatch: the per-minibatch
+        analogue of Mutual RL's GRPO + 0.1 NLL.
+
+        [project choice] A transferred group whose every response was removed (all
+        s <= delta) still replaces the receiver's group (§3), and removed responses
+        count nowhere (§4), so that prompt contributes nothing to the receiver's
+        batch. Counted as `fully_removed_groups`.
         """
         missing = [r for r in receivers if r not in transfers]
         if missing:
@@ -113,34 +131,42 @@ class Algorithm:
                     f"receiver {receiver!r} has prompts 0..{len(own.prompts) - 1}"
                 )
             by_prompt[group.prompt_index].append(group)
-        counts = {
-            "own_groups": 0,
-            "replaced_groups": 0,
-            "dynamic_dropped_groups": 0,
-            "peer_sequences": 0,
-            "removed_peer_responses": 0,
-        }
-        k = own.k
-        units: list[list[TrainSequence]] = []  # one own group or one transferred group each
-        unit_is_peer: list[bool] = []
+        counts = dict.fromkeys(
+            (
+                "own_groups",
+                "replaced_groups",
+                "dynamic_dropped_groups",
+                "peer_sequences",
+                "removed_peer_responses",
+                "fully_removed_groups",
+            ),
+            0,
+        )
+        units: list[list[TrainSequence]] = []
         for p in range(len(own.prompts)):
+            own_rows = []
             if p in by_prompt and self.strategy.replaces_own_groups:
                 counts["replaced_groups"] += 1
-            elif cfg.dynamic_sampling and k[p] in (0, cfg.n):
+            elif cfg.dynamic_sampling and own.k[p] in (0, cfg.n):
                 counts["dynamic_dropped_groups"] += 1
             else:
                 counts["own_groups"] += 1
-                units.append([self._own_sequence(own, p, i, own_advantages) for i in range(cfg.n)])
-                unit_is_peer.append(False)
+                own_rows = [self._own_sequence(own, p, i, own_advantages) for i in range(cfg.n)]
+            peer_groups = []
             for group in by_prompt.get(p, []):
                 peers = self._peer_sequences(group)
                 counts["peer_sequences"] += len(peers)
                 counts["removed_peer_responses"] += len(group.weights) - len(peers)
-                if peers:
-                    units.append(peers)
-                    unit_is_peer.append(True)
+                counts["fully_removed_groups"] += not peers
+                peer_groups.append(peers)
+            if self.strategy.units_by_prompt:
+                units.append(own_rows + [seq for peers in peer_groups for seq in peers])
+            else:
+                units += [own_rows, *peer_groups]
         self.last_batch_stats[receiver] = counts
 
+        units = [unit for unit in units if unit]
+        unit_is_peer = [any(s.is_peer and s.policy_gradient for s in unit) for unit in units]
         sequences = [seq for unit in units for seq in unit]
         starts = list(accumulate((len(unit) for unit in units), initial=0))
         order = order_minibatches(unit_is_peer, cfg.num_minibatches, cfg.order, rng=rng)

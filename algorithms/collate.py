@@ -24,7 +24,9 @@ class CollatedSequences:
     old_logp: torch.Tensor
     mask: torch.Tensor
     advantages: torch.Tensor
-    weights: torch.Tensor  # policy-gradient weight: 0 for rows with policy_gradient=False
+    # Policy-gradient weight, 0 for rows with policy_gradient=False; float64 whatever
+    # new_logp's dtype, so a tiny admitted weight stays > 0 (retained) in the loss.
+    weights: torch.Tensor
     clip: torch.Tensor
     is_peer: torch.Tensor
     nll: torch.Tensor
@@ -60,7 +62,7 @@ def collate(sequences: Sequence[TrainSequence], new_logp: torch.Tensor) -> Colla
         old_logp=torch.as_tensor(old_logp, dtype=float_type, device=new_logp.device),
         mask=torch.as_tensor(mask, dtype=float_type, device=new_logp.device),
         advantages=rows_of([s.advantage for s in sequences], float_type),
-        weights=rows_of([s.weight if s.policy_gradient else 0.0 for s in sequences], float_type),
+        weights=rows_of([s.weight if s.policy_gradient else 0.0 for s in sequences], torch.float64),
         clip=rows_of([s.clip for s in sequences], torch.bool),
         is_peer=rows_of([s.is_peer for s in sequences], torch.bool),
         nll=rows_of([s.nll for s in sequences], torch.bool),

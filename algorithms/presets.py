@@ -37,7 +37,6 @@ _GRAFT_VARIANTS: dict[str, dict[str, object]] = {
     "graft-no-clip": {"peer_clip": False},
     "graft-naive": {"compat": False, "peer_clip": False},
     "graft-no-balance": {"balance": False},
-    "graft-seq-ratio": {"ratio": "sequence"},
     "graft-random-prompts": {"selection": "random_prompts"},
     "graft-random-admission": {"admission": "random"},
     "graft-peer-first": {"order": "peer_first"},
@@ -46,9 +45,9 @@ _GRAFT_VARIANTS: dict[str, dict[str, object]] = {
     "graft-success-only": {"success_only": True},
     "graft-success-only-no-floor": {"success_only": True, "delta": 0.0},
     "graft-stored": {"stored": True, "balance": False},
-    "luffy": {"peer_objective": "luffy", "compat": False, "peer_clip": False},
 }
-"""The ablations of §7 as option changes on `graft` (a table, so tests can check it)."""
+"""The plain ablations of §7 as option changes on `graft` (a table, so tests can check it).
+Entries that embody a project choice are functions below, with the choice in their docstring."""
 
 
 def _register_graft_variant(name: str, changes: dict[str, object]) -> None:
@@ -57,6 +56,34 @@ def _register_graft_variant(name: str, changes: dict[str, object]) -> None:
 
 for _name, _changes in _GRAFT_VARIANTS.items():
     _register_graft_variant(_name, _changes)
+
+
+@register("graft-seq-ratio")
+def graft_seq_ratio() -> AlgorithmConfig:
+    """GRAFT with the token ratio replaced by the sequence ratio exp(mean_t log rho_t) (GSPO form).
+
+    [project choice] The paper gives no form or clip range. The (0.2, 0.28) band is
+    kept, now at sequence level, so the variant differs from `graft` only in the
+    ratio. A length-averaged ratio rarely leaves that band (GSPO itself clips at
+    about 3e-4 / 4e-4), so clipping acts far less often than with token ratios;
+    set eps_low / eps_high to study tighter bands.
+    """
+    return replace(graft(), ratio="sequence")
+
+
+@register("luffy")
+def luffy() -> AlgorithmConfig:
+    """GRAFT's selection with a LUFFY-style update on peer tokens (arXiv 2504.14945).
+
+    "GRAFT's selection" is the gate of Eq.4 with balancing and ties (§2): the same
+    prompts move and replace the receiver's groups, with the source's advantages.
+    On peer tokens the surrogate is f(pi) a with f(x) = x / (x + luffy_gamma), the
+    behaviour probability treated as 1 and no clip (peer_clip=False).
+    [project choice] compat=False (w = 1, no floor): LUFFY has no compatibility
+    weight or floor - its shaping f is its only control of off-policy traces - so
+    keeping GRAFT's weights would mix the two methods' controls.
+    """
+    return replace(graft(), peer_objective="luffy", compat=False, peer_clip=False)
 
 
 @register("sgt")

@@ -42,6 +42,12 @@ class AgentRollouts:
                 f"AgentRollouts({self.agent!r}).rewards must be [prompts, n], "
                 f"got shape {self.rewards.shape}"
             )
+        if not np.isin(self.rewards, (0.0, 1.0)).all():
+            bad = self.rewards[~np.isin(self.rewards, (0.0, 1.0))]
+            raise ValueError(
+                f"AgentRollouts({self.agent!r}).rewards must be binary (0 or 1, GRAFT-SPEC §1), "
+                f"got {bad[:5].tolist()}"
+            )
         num_prompts = self.rewards.shape[0]
         for name in ("prompt_ids", "prompts", "texts", "token_ids", "logprobs"):
             if len(getattr(self, name)) != num_prompts:
@@ -58,7 +64,7 @@ class AgentRollouts:
     @property
     def k(self) -> np.ndarray:
         """Success count per prompt, k_M(q) in the paper."""
-        return self.rewards.sum(axis=1).round().astype(np.int64)
+        return (self.rewards == 1.0).sum(axis=1).astype(np.int64)
 
     def mean_logp(self, p: int, i: int) -> float:
         """Average generation log-probability per token of response (p, i)."""

@@ -17,6 +17,8 @@ from algorithms.core.selection import (
     sgt_pairs,
 )
 from algorithms.core.weights import (
+    admitted_by_floor,
+    admitted_weights,
     compatibility_scores,
     compatibility_weights,
     normalised_loglik,
@@ -25,6 +27,8 @@ from algorithms.core.weights import (
 
 __all__ = [
     "SurrogateOutput",
+    "admitted_by_floor",
+    "admitted_weights",
     "clipped_surrogate",
     "compatibility_scores",
     "compatibility_weights",

@@ -96,7 +96,8 @@ def clipped_surrogate(
 
     J = (1 / Σ_{j: w_j>0} |o_j|) Σ_j w_j Σ_t min(ρ a, clip(ρ, 1-ε_low, 1+ε_high) a),
     ρ = exp(new - old). Rows with w = 0 are removed from numerator and denominator;
-    the denominator is the unweighted token count of retained rows.
+    the denominator is the unweighted token count of retained rows (w > 0 as given,
+    judged before `weights` is cast to new_logp's dtype).
 
     Per-row options ([B] bool tensors):
     - clip=False: term ρ·a without clipping (graft-no-clip / graft-naive peer rows).
@@ -116,8 +117,12 @@ def clipped_surrogate(
     token_mask = _token_mask(new_logp, old_logp, mask)
     advantage = _row_values(advantages, "advantages", new_logp)
     weight = _row_values(weights, "weights", new_logp)
-    if (weight < 0).any():
-        raise ValueError(f"weights must be >= 0, got {weight.tolist()}")
+    # Retention is read from the weights as given, before the cast to new_logp's dtype:
+    # a tiny admitted weight (w = min(s, 1) with s near 0) may round to 0 in bf16, but
+    # its tokens still belong in the denominator.
+    retained = weights.detach() > 0
+    if (weights.detach() < 0).any():
+        raise ValueError(f"weights must be >= 0, got {weights.tolist()}")
     if not (0.0 <= eps_low < 1.0 and eps_high >= 0.0):
         raise ValueError(f"need 0 <= eps_low < 1 and eps_high >= 0, got {eps_low}, {eps_high}")
     if not luffy_gamma > 0.0:
@@ -130,7 +135,7 @@ def clipped_surrogate(
     if (luffy_row & seq_row).any():
         raise ValueError("a row cannot use both luffy and seq_ratio: they define different terms")
 
-    kept = token_mask & (weight > 0)[:, None]
+    kept = token_mask & retained[:, None]
     log_ratio = torch.where(kept, new_logp - old_logp.detach(), 0.0)
     seq_log_ratio = log_ratio.sum(dim=1) / kept.sum(dim=1).clamp(min=1)
     log_ratio = torch.where(seq_row[:, None], seq_log_ratio[:, None], log_ratio)

@@ -17,11 +17,12 @@ def order_minibatches(
     mode: str = "peer_last",
     rng: np.random.Generator | None = None,
 ) -> list[list[int]]:
-    """Split prompt groups into minibatches in the order they must run.
+    """Split units into minibatches in the order they must run.
 
-    Units are whole prompt groups (index = position in `group_is_peer`), so a
-    group is never split across minibatches. peer_last puts own groups first and
-    groups holding transferred data last (each keeping its original order): the
+    A unit (index = position in `group_is_peer`) is never split across minibatches;
+    `Algorithm.build_batches` makes one unit per prompt, holding all of that
+    prompt's rows. peer_last puts own units first and units holding transferred
+    data last (each keeping its original order): the
     first minibatches are on-policy (ρ ≡ 1), and by the time peer data runs the
     ratios have moved, so clipping can limit its influence. peer_first is the
     reverse; random is a uniform shuffle drawn from `rng`.

@@ -49,6 +49,32 @@ def compatibility_scores(receiver_mean_logp: ArrayLike, source_mean_logp: ArrayL
         return np.asarray(np.exp(receiver - source))
 
 
+def admitted_by_floor(scores: ArrayLike, delta: float) -> np.ndarray:
+    """The floor test 1[s > δ] of Eq.8 as a bool array; δ = 0 admits every response.
+
+    s = exp(ℓ̄_R - ℓ̄_S) is positive, so with δ = 0 the indicator is 1 for every
+    response. In floating point s can underflow to exactly 0.0 (ℓ̄_R - ℓ̄_S below
+    about -745), and `0.0 > 0` would then silently remove a response the spec keeps;
+    hence the test is `s > δ` only when δ > 0 [project choice].
+    """
+    if not 0.0 <= delta < 1.0:
+        raise ValueError(f"delta must be in [0, 1), got {delta}")
+    values = np.asarray(scores, dtype=np.float64)
+    return values > delta if delta > 0 else np.ones(values.shape, dtype=bool)
+
+
+def admitted_weights(scores: ArrayLike) -> np.ndarray:
+    """min(s, 1) for admitted responses, never exactly 0.
+
+    A weight of 0 means "removed" everywhere downstream (numerator and denominator),
+    so an admitted response whose s underflowed to 0.0 gets the smallest positive
+    normal double instead: it adds nothing measurable to the numerator of Eq.10 but
+    keeps its tokens in the denominator, as w = min(s, 1) with the true s > 0 would.
+    """
+    values = np.asarray(scores, dtype=np.float64)
+    return np.maximum(np.minimum(values, 1.0), np.finfo(np.float64).tiny)
+
+
 def compatibility_weights(
     receiver_mean_logp: ArrayLike, source_mean_logp: ArrayLike, delta: float
 ) -> np.ndarray:
@@ -56,19 +82,21 @@ def compatibility_weights(
 
     The cap keeps a peer response from outweighing an on-policy one; the floor δ
     removes responses the receiver finds too implausible to learn from (w = 0 means
-    the response is dropped from numerator and denominator of the loss).
+    the response is dropped from numerator and denominator of the loss). With δ = 0
+    every response is kept (`admitted_by_floor`, `admitted_weights`), even one whose
+    s underflows to 0.0.
     """
-    if not 0.0 <= delta < 1.0:
-        raise ValueError(f"delta must be in [0, 1), got {delta}")
     scores = compatibility_scores(receiver_mean_logp, source_mean_logp)
-    return np.where(scores > delta, np.minimum(scores, 1.0), 0.0)
+    return np.where(admitted_by_floor(scores, delta), admitted_weights(scores), 0.0)
 
 
 def random_admission(scores: ArrayLike, count: int, rng: np.random.Generator) -> np.ndarray:
     """graft-random-admission: `count` responses chosen uniformly get w = min(s, 1), the rest 0.
 
     The control for the floor: the same number of admitted responses, chosen
-    without looking at their scores. Returns weights with the shape of `scores`.
+    without looking at their scores. An admitted response keeps a positive weight
+    even if its s underflowed to 0.0 (`admitted_weights`). Returns weights with the
+    shape of `scores`.
     """
     values = np.asarray(scores, dtype=np.float64)
     bad = np.isnan(values) | (values < 0)
@@ -81,5 +109,5 @@ def random_admission(scores: ArrayLike, count: int, rng: np.random.Generator) ->
         raise ValueError(f"count={count} exceeds the {values.size} scored responses")
     admitted = rng.choice(values.size, size=count, replace=False)
     weights = np.zeros(values.shape, dtype=np.float64)
-    weights.flat[admitted] = np.minimum(values.flat[admitted], 1.0)
+    weights.flat[admitted] = admitted_weights(values.flat[admitted])
     return weights

@@ -16,6 +16,9 @@ their defaults are GRAFT's replacement semantics:
   receiver's own group (GRAFT); False keeps both (pooled, SGT, HACPO).
 - `own_advantages(...)`: the advantages of the receiver's own responses, for
   strategies that re-normalise them over a pooled group.
+- `units_by_prompt`: True if every row of one prompt (own group and all it
+  received) forms one minibatch unit (GRAFT, pooled, SGT); False makes the own
+  group and each transferred group separate units (HACPO's self-first order).
 """
 
 from __future__ import annotations
@@ -43,6 +46,11 @@ class ExchangeStrategy:
     @property
     def replaces_own_groups(self) -> bool:
         """Whether a prompt that received peer data drops the receiver's own group."""
+        return True
+
+    @property
+    def units_by_prompt(self) -> bool:
+        """Whether a prompt's own and transferred rows share one minibatch unit."""
         return True
 
     def __call__(

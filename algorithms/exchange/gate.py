@@ -9,8 +9,11 @@ Reads like GRAFT-SPEC §2-§4:
    advantages the source computed over its own group.
 3. How much it counts (§4): s = exp(l_R - l_S) with l_R from the receiver's
    re-scoring and l_S from the source's stored generation log-probs (the source
-   model is never re-run); w = 1[s > delta] min(s, 1). Removed responses stay in the
-   group with w = 0 so they are counted; batch building drops them.
+   model is never re-run); w = 1[s > delta] min(s, 1), every response admitted when
+   delta = 0 (`admitted_by_floor`). Removed responses stay in the group with w = 0
+   so they are counted; batch building drops them. Advantages are never
+   re-normalised over what is left (§3): a removed response takes its share of the
+   source's group statistics with it.
 
 Ablations are options of this one strategy: selection='random_prompts', balance,
 compat, delta, admission='random', success_only, pooled, peer_clip (SPEC §7).
@@ -23,6 +26,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from algorithms.core import (
+    admitted_by_floor,
     compatibility_scores,
     compatibility_weights,
     exchange_candidates,
@@ -107,11 +111,14 @@ class GraftExchange(ExchangeStrategy):
         cfg = self.config
         agents = list(rollouts)
         k = np.stack([rollouts[agent].k for agent in agents])
-        if len(agents) == 2:
-            a_to_b, b_to_a = select_exchange(k[0], k[1], cfg.n, balance=cfg.balance)
-            by_index = {(0, 1): a_to_b, (1, 0): b_to_a}
-        else:
-            by_index = select_exchange_multi(k, cfg.n, balance=cfg.balance)
+
+        def select(balance: bool) -> dict[tuple[int, int], np.ndarray]:
+            if len(agents) != 2:
+                return select_exchange_multi(k, cfg.n, balance=balance)
+            a_to_b, b_to_a = select_exchange(k[0], k[1], cfg.n, balance=balance)
+            return {(0, 1): a_to_b, (1, 0): b_to_a}
+
+        proposed, by_index = select(False), select(cfg.balance)
         plan: dict[Direction, np.ndarray] = {}
         taken: dict[str, np.ndarray] = {}
         for (s, r), prompts in sorted(by_index.items(), key=lambda item: (item[0][1], item[0][0])):
@@ -119,7 +126,8 @@ class GraftExchange(ExchangeStrategy):
             if receiver not in receivers:
                 continue
             direction = stats.direction(source, receiver)
-            direction.candidates = int(exchange_candidates(k[s], k[r], cfg.n).size)
+            direction.candidates = int(proposed[(s, r)].size)
+            direction.gate_candidates = int(exchange_candidates(k[s], k[r], cfg.n).size)
             if cfg.selection == "random_prompts":
                 # Same count, uniformly among the receiver's all-fail prompts that no other
                 # source already fills: taken prompts are marked as not all-fail (k = 1).
@@ -187,7 +195,8 @@ class GraftExchange(ExchangeStrategy):
         if not cfg.compat:
             weights = np.ones(cfg.n)
         elif cfg.admission == "random":
-            weights = random_admission(scores, int(np.count_nonzero(scores > cfg.delta)), rng)
+            count = int(np.count_nonzero(admitted_by_floor(scores, cfg.delta)))
+            weights = random_admission(scores, count, rng)
         else:
             weights = compatibility_weights(receiver_ll, source_ll, cfg.delta)
         if cfg.success_only:

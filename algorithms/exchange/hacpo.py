@@ -29,7 +29,9 @@ Deviations, all because the project's one shared surrogate (Eq.10) is kept:
   peer ratio outside [0.8, 1] still has a gradient on the side PPO leaves open.
 - "Stepwise" clipping raises the lower bound by 0.025 per minibatch in the
   authors' config; the loss here does not know the minibatch index, so the
-  bound stays at 0.8. Peer-last ordering (own minibatches first) matches theirs.
+  bound stays at 0.8. Peer-last ordering (own minibatches first) matches theirs:
+  unlike GRAFT, a prompt's own and peer rows are separate minibatch units here
+  (`units_by_prompt` is False).
 - Aggregation is the project's token mean, not their per-sequence mean.
 """
 
@@ -61,6 +63,12 @@ class HacpoExchange(ExchangeStrategy):
 
     @property
     def replaces_own_groups(self) -> bool:
+        return False
+
+    @property
+    def units_by_prompt(self) -> bool:
+        """False: own groups and peer groups are separate units, so peer-last runs all
+        own rows first, as the authors' trainer does (`_target_trajectories_self_first`)."""
         return False
 
     def capabilities(self) -> dict[str, float]:

@@ -7,6 +7,11 @@ with `sgt_coef` x token NLL. Both directions, no balancing, and the receiver kee
 its own group. With more than two agents every peer contributes its own pick
 [project extension]. The transferred response carries weight 1 and advantage 0:
 it enters only the NLL term (peer_objective='nll'), never the policy gradient.
+
+Each pick trains in the minibatch of its prompt, and the prompts are chunked and
+ordered exactly as in GRPO (`Algorithm.build_batches`), so every minibatch's loss
+is its GRPO token-mean plus `sgt_coef` x the mean NLL of the picks it holds: the
+per-minibatch form of Mutual RL's GRPO + 0.1 NLL.
 """
 
 from __future__ import annotations

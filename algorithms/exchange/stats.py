@@ -17,17 +17,22 @@ import numpy as np
 class DirectionStats:
     """One source -> receiver direction of one step's exchange.
 
-    `candidates` is |C_{S->R}| before balancing; `selected_prompts` the prompts
-    actually transferred; `scores` (s) and `weights` (w) list every transferred
-    response (scores only where the strategy computes s), removed ones included (w = 0),
-    so removals can be audited:
-    `removed_by_weight` are w = 0 from the floor or random admission, `removed_failures`
-    failed responses dropped by success-only.
+    `candidates` counts the prompts this direction proposed before balancing: with
+    two agents |C_{S->R}| (Eq.4); with more (the §8 extension) only the prompts for
+    which S is the receiver's best informative peer, i.e. what balancing actually
+    weighed. `gate_candidates` is the full |C_{S->R}| for strategies that use the
+    Eq.4 gate (None otherwise: SGT and HACPO have their own `candidates`).
+    `selected_prompts` are the prompts actually transferred; `scores` (s) and
+    `weights` (w) list every transferred response (scores only where the strategy
+    computes s), removed ones included (w = 0), so removals can be audited:
+    `removed_by_weight` are w = 0 from the floor or random admission,
+    `removed_failures` failed responses dropped by success-only.
     """
 
     source: str
     receiver: str
     candidates: int = 0
+    gate_candidates: int | None = None
     selected_prompts: list[int] = field(default_factory=list)
     transferred: int = 0
     admitted: int = 0
@@ -68,6 +73,8 @@ class ExchangeStats:
         for (source, receiver), d in self.directions.items():
             prefix = f"exchange/{source}->{receiver}"
             metrics[f"{prefix}/candidates"] = float(d.candidates)
+            if d.gate_candidates is not None:
+                metrics[f"{prefix}/gate_candidates"] = float(d.gate_candidates)
             metrics[f"{prefix}/prompts"] = float(len(d.selected_prompts))
             metrics[f"{prefix}/transferred"] = float(d.transferred)
             metrics[f"{prefix}/admitted"] = float(d.admitted)

@@ -6,11 +6,22 @@ import numpy as np
 import pytest
 from test_algorithm_exchange import PAIR, N, TextScorer, make_rollouts, run_exchange
 
+import algorithms
+
 
 def build(name: str, agents=PAIR, scorer=None, seed=0, **options):
     algo, rollouts, transfers = run_exchange(name, agents, scorer, seed=seed, **options)
     batches = algo.build_batches(rollouts, transfers, list(transfers), np.random.default_rng(seed))
     return algo, rollouts, transfers, batches
+
+
+def minibatches_holding(batch) -> dict[int, set[int]]:
+    """Prompt -> indices of the minibatches holding any of its rows."""
+    held: dict[int, set[int]] = {}
+    for i, minibatch in enumerate(batch.minibatches):
+        for j in minibatch:
+            held.setdefault(batch.sequences[j].prompt_index, set()).add(i)
+    return held
 
 
 def summary(batch) -> list[tuple]:
@@ -108,16 +119,24 @@ def test_clip_flags_follow_the_config() -> None:
         assert {s.clip for s in batches["A"].sequences if s.is_peer} == {peer_clip}
 
 
-def test_pooled_keeps_the_own_group_with_pooled_advantages() -> None:
-    algo, rollouts, transfers, batches = build("graft-pooled")
-    own_p0 = [s for s in batches["A"].sequences if s.prompt_index == 0 and not s.is_peer]
-    expected = algo.strategy.own_advantages("A", rollouts, transfers["A"])[0]
-    assert [s.advantage for s in own_p0] == pytest.approx(expected.tolist())
-    assert all(a < 0 for a in expected)
+def test_pooled_keeps_the_own_group_with_pooled_advantages_in_one_minibatch() -> None:
+    algo, _, _, batches = build("graft-pooled")
+    batch = batches["A"]
+    # Prompt 0 pools A's rewards [0, 0, 0, 0] with B's [1, 1, 1, 0]: mean 3/8, std sqrt(15)/8,
+    # so a failure gets -3/sqrt(15) and a success 5/sqrt(15) (eps = 1e-6 is negligible).
+    pooled_0 = [s for s in batch.sequences if s.prompt_index == 0]
+    own = [s.advantage for s in pooled_0 if not s.is_peer]
+    peer = [s.advantage for s in pooled_0 if s.is_peer]
+    assert own == pytest.approx([-3 / np.sqrt(15)] * N, rel=1e-5)
+    assert peer == pytest.approx([5 / np.sqrt(15)] * 3 + [-3 / np.sqrt(15)], rel=1e-5)
     assert algo.last_batch_stats["A"]["replaced_groups"] == 0
-    order = [batches["A"].sequences[j].is_peer for mb in batches["A"].minibatches for j in mb]
-    assert order == sorted(order)  # every own group (pooled ones too) before every peer group
-    assert all(type(j) is int for mb in batches["A"].minibatches for j in mb)
+    assert all(len(held) == 1 for held in minibatches_holding(batch).values())
+    assert len(pooled_0) == 2 * N  # so each pooled 2n group sits in one minibatch
+    pooled_in_order = [
+        batch.sequences[j].prompt_index in (0, 2) for mb in batch.minibatches for j in mb
+    ]
+    assert pooled_in_order == sorted(pooled_in_order)  # peer-last: pooled prompts after the rest
+    assert all(type(j) is int for mb in batch.minibatches for j in mb)
 
 
 def test_dynamic_sampling_drops_uninformative_groups_and_counts_them() -> None:
@@ -132,6 +151,57 @@ def test_sgt_adds_nll_only_rows_and_keeps_own_groups() -> None:
     assert {s.prompt_index for s in batch.sequences if not s.is_peer} == set(range(len(PAIR["A"])))
     peers = [s for s in batch.sequences if s.is_peer]
     assert len(peers) == 3 and all(s.nll and not s.policy_gradient for s in peers)
+
+
+@pytest.mark.parametrize("name", sorted(set(algorithms.available()) - {"hacpo"}))
+def test_every_row_of_a_prompt_trains_in_one_minibatch(name: str) -> None:
+    receivers = ["A"] if name == "graft-stored" else None
+    _, _, _, batches = build(name, receivers=receivers)
+    for batch in batches.values():
+        assert all(len(held) == 1 for held in minibatches_holding(batch).values()), batch.agent
+
+
+# 16 prompts: A fails the first 10, which B solves 2/4 times, so A gets 10 SGT picks.
+SIXTEEN = {"A": [0] * 10 + [2] * 6, "B": [2] * 10 + [0] * 6}
+
+
+@pytest.mark.parametrize("order", ["peer_last", "peer_first", "random"])
+def test_sgt_chunks_and_orders_own_groups_exactly_as_grpo(order: str) -> None:
+    _, _, transfers, sgt = build("sgt", SIXTEEN, seed=3, order=order)
+    _, _, _, grpo = build("grpo", SIXTEEN, seed=3, order=order)
+    assert len(transfers["A"]) == 10
+
+    def own_rows(batch) -> list[list[tuple]]:
+        return [
+            [
+                (s.prompt_index, tuple(s.response_token_ids), s.advantage)
+                for s in rows
+                if not s.is_peer
+            ]
+            for rows in ([batch.sequences[j] for j in mb] for mb in batch.minibatches)
+        ]
+
+    assert own_rows(sgt["A"]) == own_rows(grpo["A"])
+    picks_per_minibatch = [
+        sum(sgt["A"].sequences[j].nll for j in mb) for mb in sgt["A"].minibatches
+    ]
+    assert sum(picks_per_minibatch) == 10 and sum(n > 0 for n in picks_per_minibatch) > 1
+
+
+def test_hacpo_runs_every_own_row_before_any_peer_row() -> None:
+    _, _, _, batches = build("hacpo")
+    order = [batches["A"].sequences[j].is_peer for mb in batches["A"].minibatches for j in mb]
+    assert order == sorted(order) and any(order)
+
+
+def test_a_fully_removed_transferred_group_leaves_its_prompt_out_and_is_counted() -> None:
+    texts = make_rollouts("B", PAIR["B"]).texts[0]
+    scorer = TextScorer({text: -3.0 for text in texts})  # s = e^-2 < 0.8 on all of prompt 0
+    algo, _, _, batches = build("graft", scorer=scorer)
+    assert 0 not in {s.prompt_index for s in batches["A"].sequences}
+    counts = algo.last_batch_stats["A"]
+    assert counts["fully_removed_groups"] == 1 and counts["removed_peer_responses"] == N
+    assert counts["replaced_groups"] == 2 and counts["own_groups"] == len(PAIR["A"]) - 2
 
 
 def test_build_batches_rejects_missing_receivers_and_broken_groups() -> None:

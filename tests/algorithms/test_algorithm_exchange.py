@@ -7,6 +7,7 @@ function of the text, standing in for the receiver's real π_old re-scoring.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
@@ -184,20 +185,36 @@ def test_stored_is_one_way_and_unbalanced() -> None:
     assert list(algo.last_exchange_stats.directions) == [("B", "A")]
 
 
+# Receiver A: prompt 0 could come from B (k=3) or C (k=1): B wins; 1 from C; 2 from B.
+# Proposals: A->B {3, 4}, B->A {0, 2}; A->C {4, 5}, C->A {1}; B->C {2}, C->B {1}.
+# Pair (A, C) has m = 1 and A->C keeps both prompts because k_A ties at 3.
+THREE = {"A": [0, 0, 0, 2, 3, 3, 0], "B": [3, 0, 2, 0, 0, 1, 0], "C": [1, 2, 0, 1, 0, 0, 0]}
+
+
 def test_three_agents_take_the_best_informative_peer_then_balance_pairwise() -> None:
-    # Receiver A: prompt 0 could come from B (k=3) or C (k=1): B wins; 1 from C; 2 from B.
-    # Proposals: A->B {3, 4}, B->A {0, 2}; A->C {4, 5}, C->A {1}; B->C {2}, C->B {1}.
-    # Pair (A, C) has m = 1 and A->C keeps both prompts because k_A ties at 3.
-    agents = {
-        "A": [0, 0, 0, 2, 3, 3, 0],
-        "B": [3, 0, 2, 0, 0, 1, 0],
-        "C": [1, 2, 0, 1, 0, 0, 0],
-    }
-    _, rollouts, transfers = run_exchange("graft", agents)
+    algo, rollouts, transfers = run_exchange("graft", THREE)
     assert prompts_of(transfers["A"]) == [("B", 0), ("B", 2), ("C", 1)]
     assert prompts_of(transfers["B"]) == [("A", 3), ("A", 4), ("C", 1)]
     assert prompts_of(transfers["C"]) == [("A", 4), ("A", 5), ("B", 2)]
     np.testing.assert_array_equal(transfers["A"][2].advantages, rollouts["C"].advantages[1])
+    # C_{C->A} = {0, 1} (C solved both 1..3 times), but B is A's best peer on 0: C proposed 1.
+    direction = algo.last_exchange_stats.directions[("C", "A")]
+    assert (direction.gate_candidates, direction.candidates) == (2, 1)
+    summary = algo.last_exchange_stats.summary()
+    assert summary["exchange/C->A/gate_candidates"] == 2.0
+    assert summary["exchange/C->A/candidates"] == 1.0
+
+
+def test_random_prompts_with_three_agents_keep_counts_and_never_fill_a_prompt_twice() -> None:
+    _, _, gate = run_exchange("graft", THREE)
+    counts = {r: Counter(g.source for g in groups) for r, groups in gate.items()}
+    for seed in range(6):
+        _, rollouts, transfers = run_exchange("graft-random-prompts", THREE, seed=seed)
+        for receiver, groups in transfers.items():
+            assert Counter(g.source for g in groups) == counts[receiver]
+            prompts = [g.prompt_index for g in groups]
+            assert len(set(prompts)) == len(prompts)  # one source per prompt
+            assert all(rollouts[receiver].k[p] == 0 for p in prompts)
 
 
 def test_single_agent_and_none_strategy_transfer_nothing() -> None:

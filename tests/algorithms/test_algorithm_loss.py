@@ -54,19 +54,13 @@ def hand_collate(sequences, width: int) -> dict[str, torch.Tensor]:
 
 
 def reference(new_logp, sequences, rows=None, **flags) -> torch.Tensor:
-    """clipped_surrogate on the hand-collated rows `rows` (all by default)."""
+    """clipped_surrogate on the hand-collated rows `rows` (all by default); `flags` override."""
     rows = list(range(len(sequences))) if rows is None else rows
     chosen = [sequences[j] for j in rows]
     t = hand_collate(chosen, new_logp.shape[1])
+    options = {"clip": t["clip"], "is_peer": t["is_peer"], **flags}
     return clipped_surrogate(
-        new_logp[rows],
-        t["old_logp"],
-        t["mask"],
-        t["advantages"],
-        t["weights"],
-        clip=t["clip"],
-        is_peer=t["is_peer"],
-        **flags,
+        new_logp[rows], t["old_logp"], t["mask"], t["advantages"], t["weights"], **options
     )
 
 
@@ -139,8 +133,29 @@ def test_clip_statistics_count_own_and_peer_tokens_separately() -> None:
     pushed = new_logp_for(seq, shift=0.0).detach() + 1.0  # ratio e > 1 + eps_high everywhere
     _, stats = algo.loss(pushed, seq)
     positive_own = sum(len(s.old_logprobs) for s in seq if not s.is_peer and s.advantage > 0)
+    positive_peer = sum(len(s.old_logprobs) for s in seq if s.is_peer and s.advantage > 0)
+    assert positive_own > 0 and positive_peer > 0
     assert stats["clipped_own"] == positive_own
     assert stats["clip_frac_own"] == pytest.approx(positive_own / stats["own_tokens"])
+    assert stats["clipped_peer"] == positive_peer
+    assert stats["clip_frac_peer"] == pytest.approx(positive_peer / stats["peer_tokens"])
+    assert stats["peer_tokens"] == sum(len(s.old_logprobs) for s in seq if s.is_peer)
+
+
+def test_no_clip_leaves_peer_rows_unclipped_and_differs_from_graft_outside_the_band() -> None:
+    algo, seq = batch_sequences("graft-no-clip")
+    graft, graft_seq = batch_sequences("graft")
+    assert [s.clip for s in seq] == [not s.is_peer for s in seq]
+    peer_rows = torch.tensor([s.is_peer for s in seq])
+    pushed = new_logp_for(seq, shift=0.0).detach() + 0.5  # every ratio e^0.5 > 1 + eps_high
+    pushed = torch.where(peer_rows[:, None], pushed, new_logp_for(seq).detach())
+    loss, stats = algo.loss(pushed, seq)
+    expected = reference(pushed, seq, clip=~peer_rows).loss
+    assert loss.item() == pytest.approx(expected.item(), abs=1e-12)
+    assert stats["clipped_peer"] == 0
+    graft_loss, graft_stats = graft.loss(pushed, graft_seq)
+    assert graft_stats["clipped_peer"] > 0
+    assert graft_loss.item() > loss.item() + 1e-3  # the unclipped e^0.5 a pulls further
 
 
 def test_loss_rejects_misaligned_inputs() -> None:

@@ -58,10 +58,13 @@ def test_every_required_entry_exists_constructs_and_validates() -> None:
     assert set(REQUIRED) <= set(algorithms.available())
     assert algorithms.available() == sorted(algorithms.available())
     for name in REQUIRED:
-        algo = algorithms.make(name)
+        algo = algorithms.make(name)  # make validates: an invalid preset would raise here
         assert algo.name == name
-        assert algo.config.validate() is algo.config
+        assert algo.config == algorithms.preset(name)  # no override: exactly the preset
         assert algo.strategy.name == algo.config.exchange
+        broken = dataclasses.replace(algo.config, n=1)
+        with pytest.raises(ValueError, match="n = 1 is invalid"):
+            algorithms.Algorithm(name, broken)
 
 
 def test_variants_differ_from_their_base_in_exactly_the_documented_fields() -> None:

@@ -200,6 +200,16 @@ def test_no_retained_row_gives_zero_loss_and_zero_gradient() -> None:
     assert torch.all(new.grad == 0)
 
 
+def test_a_tiny_weight_keeps_its_row_in_the_denominator_in_low_precision() -> None:
+    # w = 1e-300 (an admitted response with s near 0) is 0 in float32, but the row is
+    # retained: 6 tokens in the denominator, only row 0's 3 tokens in the numerator.
+    weights = torch.tensor([1.0, 1e-300], dtype=torch.float64)
+    for dtype in (torch.float32, torch.bfloat16):
+        zeros = torch.zeros(2, 3, dtype=dtype)
+        output = clipped_surrogate(zeros, zeros, torch.ones_like(zeros), torch.ones(2), weights)
+        assert output.pg_tokens == 6 and output.loss.item() == pytest.approx(-0.5)
+
+
 def test_token_nll_is_the_mean_over_masked_tokens() -> None:
     new = torch.tensor([[-1.0, -2.0, -9.0], [-3.0, -9.0, -9.0]], requires_grad=True)
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from algorithms.core import (
+    admitted_by_floor,
     compatibility_scores,
     compatibility_weights,
     normalised_loglik,
@@ -88,6 +89,19 @@ def test_worked_scores_and_weights() -> None:
     np.testing.assert_allclose(
         compatibility_weights(receiver, source, 0.8), [0.0, 1.0, math.exp(-0.1)]
     )
+
+
+def test_zero_floor_admits_every_response_even_one_whose_score_underflows() -> None:
+    receiver, source = [-1000.0, -1.0, -2.0], [0.0, -1.0, -1.0]  # s = 0.0 (underflow), 1, 1/e
+    assert compatibility_scores(receiver, source)[0] == 0.0
+    weights = compatibility_weights(receiver, source, 0.0)
+    assert 0.0 < weights[0] < 1e-300  # kept: min(s, 1) of the true s > 0, not "removed"
+    np.testing.assert_allclose(weights[1:], [1.0, math.exp(-1)])
+    assert compatibility_weights(receiver, source, 0.5).tolist()[0] == 0.0  # a real floor removes
+    np.testing.assert_array_equal(admitted_by_floor([0.0, 0.5, 0.9], 0.0), [True, True, True])
+    np.testing.assert_array_equal(admitted_by_floor([0.0, 0.8, 0.9], 0.8), [False, False, True])
+    admitted = random_admission([0.0, 0.0, 2.0], 3, np.random.default_rng(0))
+    assert (admitted > 0).all() and admitted[2] == 1.0
 
 
 def test_huge_log_likelihood_gap_gives_weight_one_without_warning() -> None:
