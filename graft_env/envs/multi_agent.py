@@ -119,6 +119,44 @@ class MultiAgentMathEnv(ParallelEnv):
         self.step_index = int((options or {}).get("start_step", 0))
         return self._observe()
 
+    def prompts_for(self, agent: str, indices: Sequence[int]) -> tuple[str, ...]:
+        """`agent`'s formatted prompts of the dataset items `indices`."""
+        return tuple(self._prompts[agent][i] for i in indices)
+
+    def score_groups(
+        self, indices: Sequence[int], groups: Mapping[str, Sequence[Sequence[str]]]
+    ) -> tuple[dict[str, np.ndarray], dict[str, dict[str, Any]]]:
+        """Verify each agent's groups for dataset items `indices` in one verifier batch.
+
+        Returns per agent the rewards [len(indices), n] and an info dict with k,
+        per-response statuses and extracted answers, and status counts.
+        """
+        golds = [self.problems[i].answer for i in indices]
+        responses, targets = [], []
+        for agent, agent_groups in groups.items():
+            if len(agent_groups) != len(indices) or any(len(g) != self.n for g in agent_groups):
+                raise ValueError(
+                    f"agent {agent!r}: expected {len(indices)} groups of {self.n} responses, "
+                    f"got group sizes {[len(g) for g in agent_groups]}"
+                )
+            responses += [r for g in agent_groups for r in g]
+            targets += [g for g in golds for _ in range(self.n)]
+        verify = self._verifier.verify_batch if self._verifier else verify_batch
+        verdicts = verify(responses, targets)
+        rewards, infos = {}, {}
+        per_agent = len(indices) * self.n
+        for position, agent in enumerate(groups):
+            mine = verdicts[position * per_agent : (position + 1) * per_agent]
+            reward = np.array([v.reward for v in mine], dtype=np.float64)
+            rewards[agent] = reward.reshape(len(indices), self.n)
+            infos[agent] = {
+                "k": rewards[agent].sum(axis=1).astype(np.int64),
+                "statuses": [v.status for v in mine],
+                "extracted": [v.extracted for v in mine],
+                "status_counts": status_counts(mine),
+            }
+        return rewards, infos
+
     def step(self, actions: Mapping[str, Sequence[Sequence[str]]]):
         """Verify every agent's groups; returns rewards [prompts, n] and k per agent."""
         if self._batch is None or not self.agents:
@@ -126,28 +164,9 @@ class MultiAgentMathEnv(ParallelEnv):
         missing = set(self.agents) - set(actions)
         if missing:
             raise ValueError(f"step() got no actions for agents {sorted(missing)}")
-        golds = [self.problems[i].answer for i in self._batch]
-        verify = self._verifier.verify_batch if self._verifier else verify_batch
-        rewards, infos = {}, {}
-        for agent in self.agents:
-            groups = actions[agent]
-            if len(groups) != self.batch_size or any(len(g) != self.n for g in groups):
-                raise ValueError(
-                    f"agent {agent!r}: expected {self.batch_size} groups of {self.n} responses, "
-                    f"got group sizes {[len(g) for g in groups]}"
-                )
-            verdicts = verify(
-                [r for g in groups for r in g], [g for g in golds for _ in range(self.n)]
-            )
-            reward = np.array([v.reward for v in verdicts]).reshape(self.batch_size, self.n)
-            rewards[agent] = reward
-            infos[agent] = {
-                "step": self.step_index,
-                "k": reward.sum(axis=1).astype(np.int64),
-                "statuses": [v.status for v in verdicts],
-                "extracted": [v.extracted for v in verdicts],
-                "status_counts": status_counts(verdicts),
-            }
+        rewards, infos = self.score_groups(self._batch, {a: actions[a] for a in self.agents})
+        for info in infos.values():
+            info["step"] = self.step_index
         self.step_index += 1
         done = self.step_index >= self.num_steps
         truncations = dict.fromkeys(self.agents, done)

@@ -1,0 +1,114 @@
+"""Checkpoints that are either complete or detectably not.
+
+A checkpoint is a directory ``checkpoints/step_000010/`` holding one sub-directory
+per policy (weights, optimizer and RNG state, written by ``Policy.save``), the
+loop's own ``state.json``, and a ``MANIFEST.json`` listing the size and SHA-256 of
+every file. It is assembled under a temporary name and renamed into place only
+after the manifest is written, so a run killed mid-save leaves either nothing or a
+``.tmp`` directory. On resume, a checkpoint whose manifest is missing or does not
+match its files is reported and skipped in favour of the previous good one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from graft_env.policies import Policy
+
+log = logging.getLogger(__name__)
+
+_NAME = re.compile(r"^step_(\d{6,})$")
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _manifest(directory: Path) -> dict[str, dict[str, Any]]:
+    return {
+        str(path.relative_to(directory)): {"size": path.stat().st_size, "sha256": _sha256(path)}
+        for path in sorted(directory.rglob("*"))
+        if path.is_file() and path.name != "MANIFEST.json"
+    }
+
+
+def save_checkpoint(
+    root: str | os.PathLike,
+    step: int,
+    policies: Mapping[str, Policy],
+    state: Mapping[str, Any],
+    keep: int = 2,
+) -> Path:
+    """Write checkpoint `step` (the number of completed steps) and prune old ones."""
+    root = Path(root)
+    final = root / f"step_{step:06d}"
+    tmp = root / f"step_{step:06d}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for name, policy in policies.items():
+        policy.save(tmp / name)
+    (tmp / "state.json").write_text(json.dumps(dict(state), indent=2, sort_keys=True))
+    (tmp / "MANIFEST.json").write_text(json.dumps(_manifest(tmp), indent=2))
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    for old in sorted(_checkpoints(root))[:-keep]:
+        shutil.rmtree(old[1], ignore_errors=True)
+    return final
+
+
+def _checkpoints(root: Path) -> list[tuple[int, Path]]:
+    if not root.is_dir():
+        return []
+    found = []
+    for path in root.iterdir():
+        match = _NAME.match(path.name)
+        if match and path.is_dir():
+            found.append((int(match.group(1)), path))
+    return sorted(found)
+
+
+def verify_checkpoint(path: Path) -> str | None:
+    """None if the checkpoint is complete and intact, else what is wrong with it."""
+    manifest_path = path / "MANIFEST.json"
+    if not manifest_path.is_file():
+        return "MANIFEST.json is missing (partial checkpoint)"
+    try:
+        expected = json.loads(manifest_path.read_text())
+    except json.JSONDecodeError as error:
+        return f"MANIFEST.json is corrupt: {error}"
+    if "state.json" not in expected:
+        return "state.json is not in the manifest"
+    for relative, entry in expected.items():
+        file = path / relative
+        if not file.is_file():
+            return f"{relative} is missing"
+        if file.stat().st_size != entry["size"]:
+            return f"{relative} has {file.stat().st_size} bytes, manifest says {entry['size']}"
+        if _sha256(file) != entry["sha256"]:
+            return f"{relative} does not match its SHA-256 in the manifest"
+    return None
+
+
+def latest_checkpoint(root: str | os.PathLike) -> tuple[Path, dict[str, Any]] | None:
+    """The newest intact checkpoint and its loop state; broken ones are logged and skipped."""
+    for step, path in reversed(_checkpoints(Path(root))):
+        problem = verify_checkpoint(path)
+        if problem is None:
+            return path, json.loads((path / "state.json").read_text())
+        log.warning(
+            "checkpoint %s (step %d) is unusable: %s; trying an older one", path, step, problem
+        )
+    return None

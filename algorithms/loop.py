@@ -1,0 +1,390 @@
+"""The common multi-agent training loop (local, in-process backend).
+
+Every registry entry trains through `Trainer.run_step`; no algorithm has a private
+loop. One step, for the shared prompt batch of step t:
+
+1. rollout   each live policy samples n responses per prompt (seeded per step/agent);
+             a stored peer (graft-stored) is read from its run's trajectory store;
+2. verify    the multi-agent environment scores every response (math-verify);
+3. exchange  the algorithm computes advantages and its exchange strategy picks the
+             transfers, scoring peer texts under each receiver's π_old (`scoring`);
+4. update    each live policy runs its `TrainBatch` in the algorithm's minibatch order.
+
+All randomness of step t derives from (seed, t), and checkpoints hold weights,
+optimizer and RNG state, so a run resumed from a checkpoint reproduces an
+uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+import algorithms
+from algorithms.algorithm import Algorithm
+from algorithms.checkpoint import latest_checkpoint, save_checkpoint
+from algorithms.metrics import MetricsLog, distribution, rollout_metrics
+from algorithms.periodic_eval import PeriodicEvaluator
+from algorithms.rollout import (
+    append_groups,
+    build_rollouts,
+    refill_seed,
+    sampling_seed,
+    step_rng,
+)
+from algorithms.run_config import ConfigError, TrainConfig, parse_yaml
+from algorithms.store import StoreError, TrajectoryStore
+from algorithms.types import AgentRollouts, ScoredText, TrainBatch, TransferredGroup
+from graft_env.envs import MultiAgentMathEnv, prompt_batch_indices
+from graft_env.policies import Policy, SamplingParams, load_policy
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class StepRecord:
+    """What one step did, for metrics, tests and callers driving the loop by hand."""
+
+    step: int
+    rollouts: dict[str, AgentRollouts]
+    statuses: dict[str, list[str]]
+    transfers: dict[str, list[TransferredGroup]]
+    batches: dict[str, TrainBatch]
+    update_metrics: dict[str, dict[str, float]]
+    timings: dict[str, float] = field(default_factory=dict)
+    metrics: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+def _texts(generations) -> list[list[str]]:
+    return [[g.text for g in group] for group in generations]
+
+
+def _rollouts(name, prompt_ids, prompts, generations, rewards) -> AgentRollouts:
+    return build_rollouts(
+        name,
+        prompt_ids,
+        prompts,
+        _texts(generations),
+        [[g.token_ids for g in group] for group in generations],
+        [[g.logprobs for g in group] for group in generations],
+        rewards,
+    )
+
+
+@contextmanager
+def _timed(timings: dict[str, float], phase: str):
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        timings[phase] = timings.get(phase, 0.0) + time.perf_counter() - start
+
+
+def make_policies(config: TrainConfig) -> dict[str, Policy]:
+    """The run's policies: in this process, or one Ray actor each (`backend: ray`)."""
+    if config.backend == "ray":
+        from algorithms.ray_backend import make_ray_policies
+
+        return make_ray_policies(config)
+    return {a.name: load_policy(a.model, **dict(a.options)) for a in config.agents}
+
+
+class Trainer:
+    """Drives N policies through one algorithm on one shared prompt stream."""
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        policies: Mapping[str, Policy] | None = None,
+        algorithm: Algorithm | None = None,
+    ) -> None:
+        self.config = config.validate()
+        self.algorithm = algorithm or algorithms.make(config.algorithm, **config.algorithm_options)
+        names = [a.name for a in config.agents]
+        if policies is None:
+            policies = make_policies(config)
+        if sorted(policies) != sorted(names):
+            raise ConfigError(f"policies {sorted(policies)} do not match agents {names}")
+        self.policies = {name: policies[name] for name in names}
+        self.run_dir = Path(config.run_dir)
+        self.step = 0
+        self.peer = config.stored_peer
+        if self.algorithm.config.stored != (self.peer is not None):
+            raise ConfigError(
+                f"algorithm {self.algorithm.name!r} (stored={self.algorithm.config.stored}) "
+                f"needs stored_peer {'set' if self.algorithm.config.stored else 'unset'}"
+            )
+        if self.algorithm.config.stored and len(names) != 1:
+            raise ConfigError(
+                f"algorithm {self.algorithm.name!r} trains one receiver alone against a stored "
+                f"peer (GRAFT-SPEC §9); got live agents {names}"
+            )
+        if self.algorithm.config.exchange != "none" and len(names) + bool(self.peer) < 2:
+            raise ConfigError(f"algorithm {self.algorithm.name!r} exchanges: it needs >= 2 agents")
+        env_agents = [*names, *([self.peer.agent] if self.peer else [])]
+        self.env = MultiAgentMathEnv(
+            agents=env_agents,
+            dataset=config.env.dataset,
+            split=config.env.split,
+            data_dir=config.env.data_dir,
+            dataset_options=config.env.dataset_options,
+            batch_size=config.env.batch_size,
+            n=self.algorithm.config.n,
+            num_steps=config.steps,
+            seed=config.seed,
+            formatters={name: p.format_prompt for name, p in self.policies.items()},
+        )
+        self.peer_store = TrajectoryStore(self.peer.run_dir) if self.peer else None
+        if self.peer_store is not None:
+            self._check_peer_store()
+        self.store = TrajectoryStore(self.run_dir) if config.store_trajectories else None
+        self.metrics: MetricsLog | None = None
+        self.evaluator = PeriodicEvaluator(config.eval, self.run_dir, config.env.data_dir)
+
+    # --- setup -----------------------------------------------------------------
+    def _stream_meta(self) -> dict:
+        env = self.config.env
+        return {
+            "dataset": env.dataset,
+            "split": env.split,
+            "dataset_options": dict(env.dataset_options),
+            "seed": self.config.seed,
+            "batch_size": env.batch_size,
+            "n": self.algorithm.config.n,
+        }
+
+    def _check_peer_store(self) -> None:
+        meta = self.peer_store.read_meta()
+        ours = self._stream_meta()
+        diffs = {k: (meta.get(k), v) for k, v in ours.items() if meta.get(k) != v}
+        if diffs:
+            raise StoreError(
+                f"stored peer run {self.peer.run_dir} does not match this run's prompt stream: "
+                + ", ".join(f"{k}: stored {a!r} vs ours {b!r}" for k, (a, b) in diffs.items())
+            )
+
+    def open(self, resume: bool = True) -> None:
+        """Prepare the run directory; resume from its newest intact checkpoint if any."""
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        config_path = self.run_dir / "config.yaml"
+        ours = self.config.to_dict()
+        if config_path.exists():
+            theirs = parse_yaml(config_path.read_text())
+            if theirs != ours:
+                raise ConfigError(
+                    f"{self.run_dir} holds a run with a different config; "
+                    f"choose another run_dir or remove it"
+                )
+        else:
+            config_path.write_text(yaml.safe_dump(ours, sort_keys=False))
+        if self.store is not None:
+            self.store.write_meta(self._stream_meta())
+        self.metrics = MetricsLog(self.run_dir, tensorboard=self.config.tensorboard)
+        found = latest_checkpoint(self.run_dir / "checkpoints") if resume else None
+        if found is not None:
+            path, state = found
+            for name, policy in self.policies.items():
+                policy.load(path / name)
+            self.step = int(state["step"])
+            log.info("resumed %s from %s (step %d)", self.run_dir, path, self.step)
+        self.metrics.truncate_to(self.step)
+
+    # --- one step --------------------------------------------------------------
+    def run_step(self) -> StepRecord:
+        """Run step `self.step` end to end and advance the step counter."""
+        t, cfg = self.step, self.config
+        timings: dict[str, float] = {}
+        obs, infos = self.env.reset(options={"start_step": t})
+        live = list(self.policies)
+        prompt_ids = infos[live[0]]["prompt_ids"]
+
+        with _timed(timings, "rollout"):
+            generations = {
+                name: self._generate(name, index, obs[name], sampling_seed(cfg.seed, t, index))
+                for index, name in enumerate(live)
+            }
+            stored = self._read_peer(t, prompt_ids) if self.peer else None
+        actions = {name: _texts(gens) for name, gens in generations.items()}
+        if stored is not None:
+            actions[self.peer.agent] = stored.texts
+
+        with _timed(timings, "verify"):
+            _, rewards, _, _, step_infos = self.env.step(actions)
+        statuses = {name: list(info["statuses"]) for name, info in step_infos.items()}
+
+        rollouts = {
+            name: _rollouts(name, prompt_ids, obs[name], gens, rewards[name])
+            for name, gens in generations.items()
+        }
+        if stored is not None:
+            rollouts[self.peer.agent] = build_rollouts(
+                self.peer.agent,
+                prompt_ids,
+                stored.prompts,
+                stored.texts,
+                stored.token_ids,
+                stored.logprobs,
+                rewards[self.peer.agent],
+            )
+        if self.algorithm.config.dynamic_sampling:
+            with _timed(timings, "refill"):
+                for index, name in enumerate(live):
+                    rollouts[name] = self._refill(t, index, rollouts[name], statuses[name])
+
+        rng = step_rng(cfg.seed, t)
+        with _timed(timings, "exchange"):
+            self.algorithm.compute_advantages(rollouts)
+            transfers = self.algorithm.exchange(
+                rollouts, live, self._scorer(rollouts, timings), rng
+            )
+            batches = self.algorithm.build_batches(rollouts, transfers, live, rng)
+        timings["exchange"] -= timings.get("scoring", 0.0)
+
+        update_metrics = {}
+        with _timed(timings, "update"):
+            for name, policy in self.policies.items():
+                if batches[name].minibatches:
+                    update_metrics[name] = policy.update(batches[name], self.algorithm.loss)
+                else:  # e.g. dynamic sampling found no informative group, even after refills
+                    log.warning("step %d: %s has nothing to train on; update skipped", t, name)
+                    update_metrics[name] = {"update_skipped": 1.0}
+
+        if self.store is not None:
+            for name in live:
+                self.store.write(self.run_dir.name, t, rollouts[name], statuses[name], name)
+        record = StepRecord(t, rollouts, statuses, transfers, batches, update_metrics, timings)
+        record.metrics = self._step_metrics(record, step_infos, stored)
+        self.step += 1
+        return record
+
+    def _generate(self, name: str, index: int, prompts: Sequence[str], seed: int):
+        sampling = self.config.sampling
+        return self.policies[name].generate(
+            list(prompts),
+            self.algorithm.config.n,
+            SamplingParams(
+                temperature=sampling.temperature,
+                top_p=sampling.top_p,
+                max_new_tokens=sampling.max_new_tokens,
+                seed=seed,
+            ),
+        )
+
+    def _refill(
+        self, t: int, index: int, rollouts: AgentRollouts, statuses: list[str]
+    ) -> AgentRollouts:
+        """Dynamic sampling (DAPO): draw extra prompts until the batch has `batch_size`
+        informative groups (0 < k < n) or `dynamic_max_rounds` rounds are spent.
+
+        Refill prompts come from their own deterministic stream (seeded by run seed
+        and step), so resumed runs refill identically. Kept refill groups are
+        appended; `statuses` is extended in place to match.
+        """
+        cfg, n, name = self.config, self.algorithm.config.n, rollouts.agent
+        need = cfg.env.batch_size - int(np.count_nonzero((rollouts.k > 0) & (rollouts.k < n)))
+        stream = refill_seed(cfg.seed, t)
+        for round_ in range(1, cfg.dynamic_max_rounds + 1):
+            if need <= 0:
+                break
+            indices = prompt_batch_indices(
+                len(self.env.problems), cfg.env.batch_size, stream, round_ - 1
+            )
+            prompts = self.env.prompts_for(name, indices)
+            gens = self._generate(name, index, prompts, sampling_seed(cfg.seed, t, index, round_))
+            rewards, infos = self.env.score_groups(indices, {name: _texts(gens)})
+            ids = [self.env.problems[i].id for i in indices]
+            extra = _rollouts(name, ids, prompts, gens, rewards[name])
+            keep = np.flatnonzero((extra.k > 0) & (extra.k < n))[:need].tolist()
+            rollouts = append_groups(rollouts, extra, keep)
+            statuses += [infos[name]["statuses"][p * n + i] for p in keep for i in range(n)]
+            need -= len(keep)
+        return rollouts
+
+    def _read_peer(self, t: int, prompt_ids: Sequence[str]):
+        stored = self.peer_store.read(t, self.peer.agent, self.algorithm.config.n)
+        if stored.prompt_ids != list(prompt_ids):
+            raise StoreError(
+                f"stored peer {self.peer.agent!r} at step {t} answered prompts "
+                f"{stored.prompt_ids[:3]}..., this run has {list(prompt_ids)[:3]}...: "
+                "the prompt streams differ"
+            )
+        return stored
+
+    def _scorer(
+        self, rollouts: Mapping[str, AgentRollouts], timings: dict[str, float]
+    ) -> Callable[[str, Sequence[int], Sequence[str]], list[ScoredText]]:
+        def score(receiver: str, prompt_indices: Sequence[int], texts: Sequence[str]):
+            prompts = [rollouts[receiver].prompts[p] for p in prompt_indices]
+            with _timed(timings, "scoring"):
+                return self.policies[receiver].score(prompts, list(texts))
+
+        return score
+
+    def _step_metrics(self, record: StepRecord, step_infos, stored) -> dict[str, dict[str, float]]:
+        exchange = self.algorithm.last_exchange_stats
+        exchange_summary = exchange.summary()
+        out = {}
+        for name in self.policies:
+            metrics = rollout_metrics(record.rollouts[name], step_infos[name]["status_counts"])
+            metrics.update(record.update_metrics[name])
+            own = metrics.get("loss_fn/own_tokens", 0.0)
+            peer = metrics.get("loss_fn/peer_tokens", 0.0)
+            metrics["clipped_share_own"] = (
+                metrics.get("loss_fn/clipped_own", 0.0) / own if own else 0.0
+            )
+            metrics["clipped_share_peer"] = (
+                metrics.get("loss_fn/clipped_peer", 0.0) / peer if peer else 0.0
+            )
+            for key, value in self.algorithm.last_batch_stats.get(name, {}).items():
+                metrics[f"batch/{key}"] = float(value)
+            received = [d for (_, r), d in exchange.directions.items() if r == name]
+            metrics.update(distribution("exchange/s", (s for d in received for s in d.scores)))
+            metrics.update(distribution("exchange/w", (w for d in received for w in d.weights)))
+            metrics.update(
+                {k: v for k, v in exchange_summary.items() if f"->{name}/" in k or "->" not in k}
+            )
+            metrics.update({f"time/{phase}": seconds for phase, seconds in record.timings.items()})
+            out[name] = metrics
+        if stored is not None:
+            changed = np.count_nonzero(stored.rewards != record.rollouts[self.peer.agent].rewards)
+            for metrics in out.values():
+                metrics["stored_peer/reward_changed_on_reverify"] = float(changed)
+        return out
+
+    # --- the whole run ---------------------------------------------------------
+    def train(self, resume: bool = True, on_step: Callable[[StepRecord], None] | None = None):
+        """Run (or resume) to `config.steps`; returns every metrics row of the run."""
+        from algorithms.progress import StepProgress
+
+        self.open(resume=resume)
+        with StepProgress(self.config.steps, self.step, enabled=self.config.progress) as progress:
+            while self.step < self.config.steps:
+                record = self.run_step()
+                if self.evaluator.due(self.step, self.config.steps):
+                    with _timed(record.timings, "eval"):
+                        results = self.evaluator.run(self.policies, record.step)
+                    for name, metrics in record.metrics.items():
+                        metrics.update(results[name], **{"time/eval": record.timings["eval"]})
+                for name, metrics in record.metrics.items():
+                    self.metrics.write(record.step, name, metrics)
+                if self.step % self.config.checkpoint_every == 0 or self.step == self.config.steps:
+                    save_checkpoint(
+                        self.run_dir / "checkpoints",
+                        self.step,
+                        self.policies,
+                        {"step": self.step, "algorithm": self.algorithm.name},
+                        keep=self.config.keep_checkpoints,
+                    )
+                progress.update(record)
+                if on_step is not None:
+                    on_step(record)
+        rows = self.metrics.rows()
+        self.metrics.close()
+        return rows

@@ -1,0 +1,102 @@
+"""Per-step metrics: what to measure from rollouts, and where to write it.
+
+`MetricsLog` appends one JSON object per (step, agent) to ``metrics.jsonl`` and,
+when the `tensorboard` package is importable, mirrors every number to TensorBoard
+event files under ``tensorboard/``. On resume the JSONL is cut back to the steps
+before the checkpoint, so a resumed run's log equals an uninterrupted one's.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from algorithms.types import AgentRollouts
+
+log = logging.getLogger(__name__)
+
+
+def rollout_metrics(rollouts: AgentRollouts, status_counts: Mapping[str, int]) -> dict[str, float]:
+    """Reward and group statistics of one agent's rollouts for one step."""
+    k, n = rollouts.k, rollouts.n
+    lengths = [len(ids) for group in rollouts.token_ids for ids in group]
+    metrics = {
+        "reward_mean": float(rollouts.rewards.mean()),
+        "solved_share": float(np.mean(k >= 1)),
+        "all_fail_share": float(np.mean(k == 0)),
+        "all_pass_share": float(np.mean(k == n)),
+        "response_tokens_mean": float(np.mean(lengths)),
+        "response_tokens_max": float(np.max(lengths)),
+    }
+    metrics.update({f"verifier/{status}": float(c) for status, c in status_counts.items()})
+    return metrics
+
+
+def distribution(prefix: str, values: Iterable[float]) -> dict[str, float]:
+    """Count, mean and quantiles of a list of values (empty list: count 0 only)."""
+    array = np.asarray(list(values), dtype=np.float64)
+    if array.size == 0:
+        return {f"{prefix}/count": 0.0}
+    q10, q50, q90 = np.quantile(array, [0.1, 0.5, 0.9])
+    return {
+        f"{prefix}/count": float(array.size),
+        f"{prefix}/mean": float(array.mean()),
+        f"{prefix}/min": float(array.min()),
+        f"{prefix}/p10": float(q10),
+        f"{prefix}/p50": float(q50),
+        f"{prefix}/p90": float(q90),
+        f"{prefix}/max": float(array.max()),
+    }
+
+
+class MetricsLog:
+    """Append-only metrics for one run directory."""
+
+    def __init__(self, run_dir: str | os.PathLike, tensorboard: bool = True) -> None:
+        self.path = Path(run_dir) / "metrics.jsonl"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._tb = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:
+                log.warning("tensorboard is not installed: metrics go to %s only", self.path)
+            else:
+                self._tb = SummaryWriter(str(Path(run_dir) / "tensorboard"))
+
+    def truncate_to(self, step: int) -> None:
+        """Drop rows of steps >= `step` (resuming from a checkpoint taken before them)."""
+        if not self.path.exists():
+            return
+        kept = [
+            line for line in self.path.read_text().splitlines() if json.loads(line)["step"] < step
+        ]
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text("".join(line + "\n" for line in kept))
+        os.replace(tmp, self.path)
+
+    def write(self, step: int, agent: str, metrics: Mapping[str, Any]) -> None:
+        row = {"step": step, "agent": agent, **metrics}
+        with self.path.open("a") as handle:
+            handle.write(json.dumps(row, sort_keys=True) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        if self._tb is not None:
+            for key, value in metrics.items():
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    self._tb.add_scalar(f"{agent}/{key}", value, step)
+
+    def rows(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        return [json.loads(line) for line in self.path.read_text().splitlines()]
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()

@@ -1,0 +1,113 @@
+"""Evaluation during training, and the best checkpoint per agent.
+
+Every `eval.every` steps each live policy is evaluated with the benchmark harness
+(`benchmarks.evaluate.evaluate`, SPEC §10 protocol) on the configured sets; the
+summary goes into the metrics log as `eval/...` keys, and when the configured
+metric improves the policy is saved to ``best/<agent>/`` with ``best.json``
+recording the step and value. Dataset names are registry names, or
+``procedural/<skill>`` for one held-out procedural skill (its test split).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from graft_env.data import Problem, load
+from graft_env.data.procedural import SKILLS
+from graft_env.policies import Policy
+
+
+@dataclass(frozen=True)
+class EvalSpec:
+    """What to evaluate during training (absent or `every: 0`: no evaluation)."""
+
+    every: int = 0
+    datasets: tuple[str, ...] = ()
+    k: int = 8
+    limit: int | None = None
+    temperature: float = 0.6
+    top_p: float = 0.95
+    max_new_tokens: int = 512
+    seed: int = 0
+    metric: str = field(
+        default="average/pass@1", metadata={"help": "summary key that picks the best checkpoint"}
+    )
+
+    def __post_init__(self) -> None:
+        if isinstance(self.datasets, str) or not isinstance(self.datasets, Sequence):
+            raise ValueError(f"eval.datasets must be a list of names, got {self.datasets!r}")
+        object.__setattr__(self, "datasets", tuple(self.datasets))  # YAML gives lists
+        if self.every and not self.datasets:
+            raise ValueError("eval.every is set but eval.datasets is empty")
+
+
+def eval_sets(
+    names: Sequence[str], data_dir: str | os.PathLike | None, limit: int | None
+) -> dict[str, list[Problem]]:
+    """Problems per named set; `procedural/<skill>` is that skill's held-out test set."""
+    sets = {}
+    for name in names:
+        if name.startswith("procedural/"):
+            skill = name.split("/", 1)[1]
+            if skill not in SKILLS:
+                raise ValueError(f"eval.datasets: unknown procedural skill {skill!r}; {SKILLS}")
+            sets[name] = load("procedural", "test", skills=[skill], size=limit or 100)
+        else:
+            problems = load(name, data_dir=data_dir)
+            sets[name] = problems[:limit] if limit else problems
+    return sets
+
+
+class PeriodicEvaluator:
+    """Runs the harness on a schedule and keeps each agent's best checkpoint."""
+
+    def __init__(self, spec: EvalSpec, run_dir: Path, data_dir: str | None) -> None:
+        self.spec = spec
+        self.best_dir = run_dir / "best"
+        self.sets = eval_sets(spec.datasets, data_dir, spec.limit) if spec.every else {}
+
+    def due(self, completed_steps: int, total_steps: int) -> bool:
+        every = self.spec.every
+        return bool(every) and (completed_steps % every == 0 or completed_steps == total_steps)
+
+    def best(self, agent: str) -> dict | None:
+        path = self.best_dir / agent / "best.json"
+        return json.loads(path.read_text()) if path.is_file() else None
+
+    def _save_best(self, name: str, policy: Policy, record: dict) -> None:
+        """Replace best/<name> atomically: a half-written best never shadows the old one."""
+        final, tmp = self.best_dir / name, self.best_dir / f".{name}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        policy.save(tmp)
+        (tmp / "best.json").write_text(json.dumps(record, indent=2))
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+
+    def run(self, policies: Mapping[str, Policy], step: int) -> dict[str, dict[str, float]]:
+        """Evaluate every policy; save it as best when the metric improved."""
+        from benchmarks.evaluate import evaluate
+
+        spec, out = self.spec, {}
+        for name, policy in policies.items():
+            summary = evaluate(
+                policy,
+                self.sets,
+                k=spec.k,
+                temperature=spec.temperature,
+                top_p=spec.top_p,
+                max_new_tokens=spec.max_new_tokens,
+                seed=spec.seed,
+            ).summary()
+            if spec.metric not in summary:
+                raise ValueError(f"eval.metric {spec.metric!r} is not one of {sorted(summary)}")
+            value = float(summary[spec.metric])
+            previous = self.best(name)
+            if previous is None or value > previous["value"]:
+                self._save_best(name, policy, {"step": step, "metric": spec.metric, "value": value})
+            out[name] = {f"eval/{key}": float(v) for key, v in summary.items()}
+        return out

@@ -1,0 +1,162 @@
+"""The trajectory store: every rollout group of a run, as Parquet, one file per step and agent.
+
+Layout under the run directory::
+
+    trajectories/_meta.json                    what the prompt stream was (for replay checks)
+    trajectories/step_000012/<agent>.parquet   one row per response
+
+Each file is written to a temporary name and renamed into place, so a file that
+exists is complete (a run killed mid-write leaves only a hidden `.*.tmp` file
+behind, which the next write of that step replaces). Names starting with `_` or
+`.` are skipped by Parquet dataset readers, so the directory reads as one table:
+``pyarrow.dataset.dataset(run_dir + "/trajectories")`` or ``pandas.read_parquet``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from algorithms.types import AgentRollouts
+
+SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("agent", pa.string()),
+        ("model_id", pa.string()),
+        ("step", pa.int64()),
+        ("prompt_index", pa.int64()),
+        ("prompt_id", pa.string()),
+        ("prompt", pa.string()),
+        ("response_index", pa.int64()),
+        ("response", pa.string()),
+        ("token_ids", pa.list_(pa.int64())),
+        ("logprobs", pa.list_(pa.float64())),
+        ("reward", pa.float64()),
+        ("status", pa.string()),
+    ]
+)
+
+
+class StoreError(ValueError):
+    """A trajectory store is missing, incomplete or does not match the run reading it."""
+
+
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+@dataclass(frozen=True)
+class StoredGroup:
+    """One agent's stored groups for one step, as the loop needs them back."""
+
+    prompt_ids: list[str]
+    prompts: list[str]
+    texts: list[list[str]]
+    token_ids: list[list[list[int]]]
+    logprobs: list[list[np.ndarray]]
+    rewards: np.ndarray
+    statuses: list[list[str]]
+
+
+class TrajectoryStore:
+    """Reads and writes one run's `trajectories/` directory."""
+
+    def __init__(self, run_dir: str | os.PathLike) -> None:
+        self.root = Path(run_dir) / "trajectories"
+
+    def step_path(self, step: int, agent: str) -> Path:
+        return self.root / f"step_{step:06d}" / f"{agent}.parquet"
+
+    def write_meta(self, meta: Mapping[str, Any]) -> None:
+        """Record what defines the prompt stream (dataset, split, seed, n, batch size)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        _atomic_write_bytes(self.root / "_meta.json", json.dumps(dict(meta), indent=2).encode())
+
+    def read_meta(self) -> dict[str, Any]:
+        path = self.root / "_meta.json"
+        if not path.is_file():
+            raise StoreError(f"{path} is missing: {self.root} is not a trajectory store")
+        return json.loads(path.read_text())
+
+    def write(
+        self,
+        run_id: str,
+        step: int,
+        rollouts: AgentRollouts,
+        statuses: Sequence[str],
+        model_id: str,
+    ) -> Path:
+        """Write one agent's groups of one step atomically; returns the file path."""
+        n = rollouts.n
+        rows: dict[str, list] = {name: [] for name in SCHEMA.names}
+        for p in range(len(rollouts.prompts)):
+            for i in range(n):
+                rows["run_id"].append(run_id)
+                rows["agent"].append(rollouts.agent)
+                rows["model_id"].append(model_id)
+                rows["step"].append(step)
+                rows["prompt_index"].append(p)
+                rows["prompt_id"].append(rollouts.prompt_ids[p])
+                rows["prompt"].append(rollouts.prompts[p])
+                rows["response_index"].append(i)
+                rows["response"].append(rollouts.texts[p][i])
+                rows["token_ids"].append(list(rollouts.token_ids[p][i]))
+                rows["logprobs"].append(np.asarray(rollouts.logprobs[p][i], np.float64).tolist())
+                rows["reward"].append(float(rollouts.rewards[p, i]))
+                rows["status"].append(statuses[p * n + i])
+        table = pa.Table.from_pydict(rows, schema=SCHEMA)
+        path = self.step_path(step, rollouts.agent)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink)
+        _atomic_write_bytes(path, sink.getvalue().to_pybytes())
+        return path
+
+    def read(self, step: int, agent: str, n: int) -> StoredGroup:
+        """One agent's groups of one step, checked for completeness."""
+        path = self.step_path(step, agent)
+        if not path.is_file():
+            raise StoreError(f"no stored trajectories for agent {agent!r} at step {step}: {path}")
+        table = pq.read_table(path).to_pydict()
+        num_prompts, remainder = divmod(len(table["response"]), n)
+        if remainder or num_prompts == 0:
+            raise StoreError(f"{path}: {len(table['response'])} rows is not a multiple of n={n}")
+        order = sorted(
+            range(len(table["response"])),
+            key=lambda r: (table["prompt_index"][r], table["response_index"][r]),
+        )
+        expected = [(p, i) for p in range(num_prompts) for i in range(n)]
+        found = [(table["prompt_index"][r], table["response_index"][r]) for r in order]
+        if found != expected:
+            raise StoreError(
+                f"{path}: groups are incomplete (expected {num_prompts} groups of {n})"
+            )
+
+        def grouped(column: str, convert=lambda v: v) -> list[list]:
+            values = [convert(table[column][r]) for r in order]
+            return [values[p * n : (p + 1) * n] for p in range(num_prompts)]
+
+        first = [order[p * n] for p in range(num_prompts)]
+        return StoredGroup(
+            prompt_ids=[table["prompt_id"][r] for r in first],
+            prompts=[table["prompt"][r] for r in first],
+            texts=grouped("response"),
+            token_ids=grouped("token_ids"),
+            logprobs=grouped("logprobs", lambda v: np.asarray(v, dtype=np.float64)),
+            rewards=np.asarray(grouped("reward"), dtype=np.float64),
+            statuses=grouped("status"),
+        )

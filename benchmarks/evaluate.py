@@ -1,0 +1,356 @@
+"""The evaluation protocol of GRAFT-SPEC §10: avg@k pass@1 per benchmark, mean ± std over repeats.
+
+For every benchmark each problem gets `k` samples (paper: k = 8, temperature 0.6, top-p
+0.95, at most 4,096 new tokens); pass@1 is the mean correctness over the k samples, then
+over the problems (avg@k), and the headline is the unweighted mean of the benchmarks. The
+whole protocol is run `repeats` times with different seeds and reported as mean ± std.
+
+Nothing is thrown away: every sample is kept (text, extracted answer, verdict, verifier
+status, finish reason), per-problem success counts are kept per repeat (so all-fail shares
+and the complementarity of two models can be computed afterwards, GRAFT-SPEC §12), and
+verifier failures and truncated generations are counted rather than folded into "wrong".
+
+    from benchmarks.evaluate import evaluate
+    result = evaluate(policy, ["math500", "aime24"], k=8, data_dir="../shared/data")
+    print(result.to_markdown())
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from benchmarks import report
+from graft_env.data import Problem, load
+from graft_env.policies.base import FINISH_REASONS, Generation, Policy, SamplingParams
+from graft_env.rewards import Verdict, default_pool, status_counts
+
+PAPER_BENCHMARKS = ("math500", "aime24", "aime25", "amc23", "minerva")
+"""The five benchmarks of the paper's evaluation suite, in its table order."""
+
+
+class Verifier(Protocol):
+    """Anything that scores responses against gold answers, e.g. a `VerifierPool`."""
+
+    def verify_batch(self, responses: Sequence[str], golds: Sequence[str]) -> list[Verdict]: ...
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One generated response and how it was scored; `reward` is 1.0 only if verified correct."""
+
+    benchmark: str
+    problem_id: str
+    repeat: int
+    sample_index: int
+    text: str
+    gold: str
+    extracted: str | None
+    reward: float
+    status: str
+    finish_reason: str
+    num_tokens: int
+
+
+@dataclass(frozen=True)
+class BenchmarkResult:
+    """One benchmark's outcome over all repeats.
+
+    `successes[r][i]` is how many of the k samples of problem `problem_ids[i]` were correct
+    in repeat r. Counts (statuses, finish reasons, tokens) and seconds cover all repeats.
+    """
+
+    name: str
+    k: int
+    problem_ids: list[str]
+    successes: list[list[int]]
+    status_counts: dict[str, int]
+    finish_reasons: dict[str, int]
+    generated_tokens: int
+    generation_seconds: float
+    verification_seconds: float
+
+    def _rates(self) -> np.ndarray:
+        return np.asarray(self.successes, dtype=np.float64) / self.k
+
+    @property
+    def pass_at_1_per_repeat(self) -> list[float]:
+        """avg@k for each repeat: mean over problems of (correct samples / k)."""
+        return self._rates().mean(axis=1).tolist()
+
+    @property
+    def pass_at_k(self) -> float:
+        """Share of problems with at least one correct sample, mean over repeats."""
+        return float((self._rates() > 0).mean())
+
+    @property
+    def all_fail_share(self) -> float:
+        """Share of problems where all k samples failed, mean over repeats."""
+        return float((self._rates() == 0).mean())
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and population std (ddof=0) of the repeats: a single repeat has std 0 by definition."""
+    array = np.asarray(values, dtype=np.float64)
+    return float(array.mean()), float(array.std())
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """Everything one `evaluate` call measured; the writers live in `benchmarks.report`."""
+
+    policy: str
+    config: dict[str, Any]
+    benchmarks: dict[str, BenchmarkResult]
+    samples: list[Sample]
+    provenance: dict[str, Any]
+    total_seconds: float
+
+    @property
+    def average_per_repeat(self) -> list[float]:
+        """The headline per repeat: unweighted mean of the benchmarks' pass@1."""
+        per_benchmark = np.asarray([b.pass_at_1_per_repeat for b in self.benchmarks.values()])
+        return per_benchmark.mean(axis=0).tolist()
+
+    def summary(self) -> dict[str, float | int]:
+        """Flat metrics, e.g. "math500/pass@1", "math500/pass@1_std", "average/pass@1"."""
+        flat: dict[str, float | int] = {}
+        for name, bench in self.benchmarks.items():
+            mean, std = mean_std(bench.pass_at_1_per_repeat)
+            flat[f"{name}/n_problems"] = len(bench.problem_ids)
+            flat[f"{name}/pass@1"] = mean
+            flat[f"{name}/pass@1_std"] = std
+            flat[f"{name}/pass@k"] = bench.pass_at_k
+            flat[f"{name}/all_fail"] = bench.all_fail_share
+        mean, std = mean_std(self.average_per_repeat)
+        flat["average/pass@1"] = mean
+        flat["average/pass@1_std"] = std
+        return flat
+
+    def to_dict(self) -> dict[str, Any]:
+        return report.result_dict(self)
+
+    def to_json(self, path: str | Path) -> None:
+        report.write_json(self, path)
+
+    def to_csv(self, path: str | Path) -> None:
+        report.write_csv(self, path)
+
+    def to_markdown(self) -> str:
+        return report.render_markdown(self)
+
+
+def evaluate(
+    policy: Policy,
+    datasets: Sequence[str] | Mapping[str, list[Problem]],
+    *,
+    k: int = 8,
+    temperature: float = 0.6,
+    top_p: float = 0.95,
+    max_new_tokens: int = 4096,
+    repeats: int = 1,
+    limit: int | None = None,
+    seed: int = 0,
+    data_dir: str | Path | None = None,
+    batch_size: int = 32,
+    verifier: Verifier | None = None,
+    progress: bool = False,
+) -> EvalResult:
+    """Run the §10 protocol for `policy` on each benchmark (names to load, or name -> problems).
+
+    `limit` keeps the first N problems of each set. Repeat r samples with seed `seed + r`;
+    each generate call (`batch_size` problems x k samples) gets its own seed derived from
+    (seed + r, benchmark, batch number). `verifier` defaults to the shared verifier pool.
+    """
+    for field_name, value, minimum in (
+        ("k", k, 1),
+        ("repeats", repeats, 1),
+        ("batch_size", batch_size, 1),
+        ("seed", seed, 0),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ValueError(f"evaluate: {field_name} must be an int >= {minimum}, got {value!r}")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ValueError(f"evaluate: limit must be None or an int >= 1, got {limit!r}")
+    sampling = SamplingParams(temperature, top_p, max_new_tokens, seed)  # validates the values
+    sets = _resolve_datasets(datasets, data_dir, limit)
+    checker = default_pool() if verifier is None else verifier
+    provenance = report.run_provenance()
+    started = time.perf_counter()
+    samples: list[Sample] = []
+    results = {
+        name: _evaluate_benchmark(
+            policy, name, problems, k, repeats, batch_size, sampling, checker, samples, progress
+        )
+        for name, problems in sets.items()
+    }
+    config = {
+        "datasets": list(sets),
+        "k": k,
+        "temperature": temperature,
+        "top_p": top_p,
+        "max_new_tokens": max_new_tokens,
+        "repeats": repeats,
+        "repeat_seeds": [seed + r for r in range(repeats)],
+        "limit": limit,
+        "seed": seed,
+        "batch_size": batch_size,
+        "data_dir": None if data_dir is None else str(data_dir),
+    }
+    return EvalResult(
+        policy=str(getattr(policy, "name", type(policy).__name__)),
+        config=config,
+        benchmarks=results,
+        samples=samples,
+        provenance=provenance,
+        total_seconds=time.perf_counter() - started,
+    )
+
+
+def _resolve_datasets(
+    datasets: Sequence[str] | Mapping[str, list[Problem]],
+    data_dir: str | Path | None,
+    limit: int | None,
+) -> dict[str, list[Problem]]:
+    """Name -> problems (first `limit` of each), checked: non-empty, Problems, unique ids."""
+    if isinstance(datasets, str):
+        raise TypeError(
+            f"evaluate: datasets must be a list of names or a mapping, got the string "
+            f"{datasets!r}; pass [{datasets!r}]"
+        )
+    if isinstance(datasets, Mapping):
+        named = {str(name): list(problems) for name, problems in datasets.items()}
+    else:
+        names = list(datasets)
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            raise ValueError(f"evaluate: datasets named more than once: {repeated}")
+        named = {name: load(name, data_dir=data_dir) for name in names}
+    if not named:
+        raise ValueError("evaluate: no datasets given")
+    for name, problems in named.items():
+        if not problems:
+            raise ValueError(f"evaluate: dataset {name!r} has no problems")
+        seen: set[str] = set()
+        for index, problem in enumerate(problems):
+            if not isinstance(problem, Problem):
+                raise TypeError(
+                    f"evaluate: dataset {name!r} item {index} is a {type(problem).__name__}, "
+                    "not a Problem"
+                )
+            if problem.id in seen:
+                raise ValueError(f"evaluate: dataset {name!r} has problem id {problem.id!r} twice")
+            seen.add(problem.id)
+    return {name: problems[:limit] for name, problems in named.items()}
+
+
+def batch_seed(repeat_seed: int, benchmark: str, batch_index: int) -> int:
+    """Seed of one generate call; crc32 (not `hash`) so it is the same in every process."""
+    entropy = [repeat_seed, zlib.crc32(benchmark.encode("utf-8")), batch_index]
+    return int(np.random.SeedSequence(entropy).generate_state(1)[0])
+
+
+def _checked_groups(
+    groups: Any, policy: Policy, benchmark: str, num_prompts: int, k: int
+) -> list[list[Generation]]:
+    """The policy's output, or a clear error when it is not num_prompts groups of k Generations."""
+    who = f"policy {getattr(policy, 'name', policy)!r} on {benchmark!r}"
+    if not isinstance(groups, list) or len(groups) != num_prompts:
+        size = len(groups) if isinstance(groups, list) else type(groups).__name__
+        raise ValueError(f"{who}: generate returned {size} groups for {num_prompts} prompts")
+    for index, group in enumerate(groups):
+        if len(group) != k or not all(isinstance(g, Generation) for g in group):
+            raise ValueError(f"{who}: group {index} is not {k} Generation objects")
+    return groups
+
+
+def _evaluate_benchmark(
+    policy: Policy,
+    name: str,
+    problems: list[Problem],
+    k: int,
+    repeats: int,
+    batch_size: int,
+    sampling: SamplingParams,
+    verifier: Verifier,
+    samples: list[Sample],
+    progress: bool,
+) -> BenchmarkResult:
+    """All repeats of one benchmark; appends its samples to `samples`."""
+    prompts = [policy.format_prompt(problem.problem) for problem in problems]
+    successes = [[0] * len(problems) for _ in range(repeats)]
+    statuses = status_counts([])
+    finishes = dict.fromkeys(FINISH_REASONS, 0)
+    tokens, generation_s, verification_s = 0, 0.0, 0.0
+    for repeat in range(repeats):
+        for batch_index, start in enumerate(range(0, len(problems), batch_size)):
+            chunk = problems[start : start + batch_size]
+            seed = batch_seed(sampling.seed + repeat, name, batch_index)
+            started = time.perf_counter()
+            groups = policy.generate(
+                prompts[start : start + len(chunk)], k, replace(sampling, seed=seed)
+            )
+            generated = time.perf_counter()
+            groups = _checked_groups(groups, policy, name, len(chunk), k)
+            texts = [g.text for group in groups for g in group]
+            golds = [problem.answer for problem in chunk for _ in range(k)]
+            verdicts = verifier.verify_batch(texts, golds)
+            verification_s += time.perf_counter() - generated
+            generation_s += generated - started
+            if len(verdicts) != len(texts):
+                raise ValueError(
+                    f"verifier returned {len(verdicts)} verdicts for {len(texts)} responses"
+                )
+            for offset, (problem, group) in enumerate(zip(chunk, groups, strict=True)):
+                for index, generation in enumerate(group):
+                    verdict = verdicts[offset * k + index]
+                    successes[repeat][start + offset] += int(verdict.reward == 1.0)
+                    statuses[verdict.status] += 1
+                    finishes[generation.finish_reason] += 1
+                    tokens += len(generation.token_ids)
+                    samples.append(_sample(name, problem, repeat, index, generation, verdict))
+            if progress:
+                done = start + len(chunk)
+                solved = sum(successes[repeat][:done]) / (done * k)
+                print(
+                    f"[eval] {name} repeat {repeat + 1}/{repeats}: {done}/{len(problems)} "
+                    f"problems, pass@1 so far {solved:.3f}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    return BenchmarkResult(
+        name=name,
+        k=k,
+        problem_ids=[problem.id for problem in problems],
+        successes=successes,
+        status_counts=statuses,
+        finish_reasons=finishes,
+        generated_tokens=tokens,
+        generation_seconds=generation_s,
+        verification_seconds=verification_s,
+    )
+
+
+def _sample(
+    name: str, problem: Problem, repeat: int, index: int, generation: Generation, verdict: Verdict
+) -> Sample:
+    return Sample(
+        benchmark=name,
+        problem_id=problem.id,
+        repeat=repeat,
+        sample_index=index,
+        text=generation.text,
+        gold=problem.answer,
+        extracted=verdict.extracted,
+        reward=verdict.reward,
+        status=verdict.status,
+        finish_reason=generation.finish_reason,
+        num_tokens=len(generation.token_ids),
+    )

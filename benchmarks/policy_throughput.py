@@ -1,0 +1,159 @@
+"""Overhead of the Policy layer over bare transformers calls on the same inputs.
+
+Generation: `HFPolicy.generate` (own KV-cache loop that records log-probs) against
+`model.generate(do_sample=True)`. Training: `HFPolicy.update` with the GRPO loss
+against a bare step (forward, log-softmax, gather, a token-mean surrogate,
+backward, clip, AdamW) on the same padded tensors. Reported as tokens/s and the
+ratio bare / policy (target: overhead <= 10 %). Each measurement is the best of
+`--repeats` interleaved runs, because the 2 shared cores make single runs noisy.
+
+    python -m benchmarks.policy_throughput [--model DIR] [--prompts 16 --n 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+import algorithms
+from algorithms.types import TrainBatch, TrainSequence
+from graft_env.policies import HFPolicy, HFPolicyOptions, SamplingParams
+from graft_env.policies.forward import pack_prompt_response, position_ids_from_mask
+from graft_env.policies.tiny_models import TinyShape, build_model
+from graft_env.policies.tiny_tokenizer import PLAIN_STYLE, train_tokenizer
+
+PROBLEMS = [f"Compute {17 * i + 3} + {29 * i + 11}." for i in range(64)]
+
+
+def _random_tiny_model(directory: Path) -> Path:
+    """A default-shape tiny GPT-2 with random weights: EOS is rare, so lengths are equal."""
+    corpus = [f"{p} The answer is \\boxed{{{i}}}." for i, p in enumerate(PROBLEMS * 20)]
+    tokenizer = train_tokenizer(corpus, PLAIN_STYLE)
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    build_model("gpt2", len(tokenizer), eos, pad, TinyShape(), seed=0).save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+def _timed(run: Callable[[], int]) -> tuple[float, int]:
+    """(seconds, tokens processed) of one call."""
+    started = time.perf_counter()
+    tokens = run()
+    return time.perf_counter() - started, tokens
+
+
+def _bare_generate(policy: HFPolicy, prompts: list[str], n: int, max_new: int) -> int:
+    rows = [policy.encode_prompt(p) for p in prompts for _ in range(n)]
+    ids, mask, _, _ = pack_prompt_response(rows, [[] for _ in rows], policy.pad_id, policy.device)
+    output = policy.model.generate(
+        input_ids=ids,
+        attention_mask=mask,
+        do_sample=True,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        max_new_tokens=max_new,
+        pad_token_id=policy.pad_id,
+        eos_token_id=policy.eos_id,
+    )
+    new = output[:, ids.shape[1] :]
+    return int((new != policy.pad_id).sum())
+
+
+def _train_batch(policy: HFPolicy, prompts: list[str], n: int, max_new: int) -> TrainBatch:
+    groups = policy.generate(prompts, n, SamplingParams(max_new_tokens=max_new, seed=1))
+    sequences = [
+        TrainSequence(p, g.token_ids, g.logprobs, advantage=float(i % 2) - 0.5)
+        for p, group in enumerate(groups)
+        for i, g in enumerate(group)
+    ]
+    return TrainBatch(policy.name, prompts, sequences, [list(range(len(sequences)))])
+
+
+def _bare_train_step(policy: HFPolicy, batch: TrainBatch, optimizer: torch.optim.Optimizer) -> int:
+    prompts = [policy.encode_prompt(batch.prompts[s.prompt_index]) for s in batch.sequences]
+    responses = [s.response_token_ids for s in batch.sequences]
+    ids, mask, targets, target_mask = pack_prompt_response(
+        prompts, responses, policy.pad_id, policy.device
+    )
+    logits = (
+        policy.model(input_ids=ids, attention_mask=mask, position_ids=position_ids_from_mask(mask))
+        .logits[:, -(targets.shape[1] + 1) : -1]
+        .float()
+    )
+    logp = torch.log_softmax(logits, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    advantages = torch.tensor([s.advantage for s in batch.sequences])[:, None]
+    loss = -(torch.exp(logp - logp.detach()) * advantages * target_mask).sum() / target_mask.sum()
+    optimizer.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(policy.model.parameters(), 1.0)
+    optimizer.step()
+    return int(target_mask.sum())
+
+
+def measure(model_dir: Path, prompts: int, n: int, max_new: int, repeats: int) -> dict:
+    policy = HFPolicy(model_dir, options=HFPolicyOptions(generation_batch_size=prompts * n))
+    texts = [policy.format_prompt(p) for p in PROBLEMS[:prompts]]
+    sampling = SamplingParams(max_new_tokens=max_new, seed=0)
+
+    def ours_generate() -> int:
+        return sum(len(g.token_ids) for group in policy.generate(texts, n, sampling) for g in group)
+
+    batch = _train_batch(policy, texts, n, max_new)
+    loss_fn = algorithms.make("grpo").loss
+    bare_optimizer = torch.optim.AdamW(policy.model.parameters(), lr=1e-6)
+    results = {}
+    for label, ours, bare in (
+        ("generation", ours_generate, lambda: _bare_generate(policy, texts, n, max_new)),
+        (
+            "training",
+            lambda: int(policy.update(batch, loss_fn)["tokens"]),
+            lambda: _bare_train_step(policy, batch, bare_optimizer),
+        ),
+    ):
+        timings = {"policy": (float("inf"), 0), "bare": (float("inf"), 0)}
+        for _ in range(repeats):  # interleave so load spikes hit both alike
+            for name, run in (("policy", ours), ("bare", bare)):
+                seconds, tokens = _timed(run)
+                timings[name] = (min(timings[name][0], seconds), tokens)
+        rates = {name: tokens / seconds for name, (seconds, tokens) in timings.items()}
+        results[label] = {
+            "policy_tokens_per_s": rates["policy"],
+            "bare_tokens_per_s": rates["bare"],
+            "overhead": rates["bare"] / rates["policy"] - 1.0,
+        }
+    return results
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", type=Path, default=None, help="model dir (default: random tiny)")
+    parser.add_argument("--prompts", type=int, default=16)
+    parser.add_argument("--n", type=int, default=4)
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--json", type=Path, default=None, help="also write results here")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    with tempfile.TemporaryDirectory() as scratch:
+        model_dir = args.model or _random_tiny_model(Path(scratch) / "tiny")
+        results = measure(model_dir, args.prompts, args.n, args.max_new_tokens, args.repeats)
+    print(f"{'':<12}{'policy tok/s':>14}{'bare tok/s':>14}{'overhead':>10}")
+    for label, row in results.items():
+        print(
+            f"{label:<12}{row['policy_tokens_per_s']:>14.0f}{row['bare_tokens_per_s']:>14.0f}"
+            f"{row['overhead']:>10.1%}"
+        )
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+"""Wall time per phase of a GRAFT step against a GRPO step on the same pair and batch.
+
+Both algorithms train the same two policies from the same weights on the same
+prompt stream (GRPO: each policy on its own groups, no exchange). Runs alternate
+(GRPO, GRAFT, GRPO, ...) so drift of a shared machine hits both alike; the report
+gives the median seconds per phase and the ratio GRAFT / GRPO of whole steps.
+
+    python -m benchmarks.step_time [--pairs 3] [--steps 3] [--batch-size 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+from pathlib import Path
+
+import torch
+
+from algorithms.loop import Trainer
+from algorithms.run_config import config_from_dict
+
+PHASES = ("rollout", "verify", "exchange", "scoring", "update")
+
+
+def run_once(algorithm: str, run_dir: Path, args: argparse.Namespace) -> list[dict[str, float]]:
+    """Per-step phase times of one fresh run."""
+    config = config_from_dict(
+        {
+            "agents": [{"name": m, "model": m, "options": {"lr": 1e-4}} for m in args.models],
+            "algorithm": algorithm,
+            "algorithm_options": {"n": args.n, "num_minibatches": 2},
+            "env": {"dataset": "procedural", "dataset_options": {"size": 500},
+                    "batch_size": args.batch_size},
+            "sampling": {"max_new_tokens": args.max_new_tokens},
+            "steps": args.steps,
+            "run_dir": str(run_dir),
+            "checkpoint_every": args.steps,
+            "progress": False,
+            "tensorboard": False,
+        }
+    )
+    trainer = Trainer(config)
+    steps = []
+    trainer.open()
+    while trainer.step < config.steps:
+        record = trainer.run_step()
+        times = {phase: record.timings.get(phase, 0.0) for phase in PHASES}
+        times["step"] = sum(record.timings.values())
+        steps.append(times)
+    return steps
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--pairs", type=int, default=3, help="GRPO/GRAFT run pairs")
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--n", type=int, default=8)
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--models", nargs=2, default=["tiny-a", "tiny-b"])
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    times: dict[str, list[dict[str, float]]] = {"grpo": [], "graft": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for pair in range(args.pairs):
+            for algorithm in ("grpo", "graft"):
+                steps = run_once(algorithm, Path(tmp) / f"{algorithm}-{pair}", args)
+                times[algorithm] += steps
+                print(f"pair {pair} {algorithm}: " + ", ".join(f"{s['step']:.2f}s" for s in steps))
+    print(f"\nmedian seconds per step ({len(times['grpo'])} steps each)")
+    print(f"{'phase':<10}{'grpo':>10}{'graft':>10}{'ratio':>8}")
+    for phase in (*PHASES, "step"):
+        grpo = statistics.median(s[phase] for s in times["grpo"])
+        graft = statistics.median(s[phase] for s in times["graft"])
+        ratio = f"{graft / grpo:.2f}" if grpo > 0 else "-"
+        print(f"{phase:<10}{grpo:>10.3f}{graft:>10.3f}{ratio:>8}")
+
+
+if __name__ == "__main__":
+    main()

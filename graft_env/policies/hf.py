@@ -1,0 +1,249 @@
+"""The transformers backend: any local causal LM directory behind the Policy interface.
+
+Sampling is a small own loop over the model's forward with a KV cache
+(`policies.forward.sample`) rather than `model.generate`, because the recorded
+log-probs must be the ones the training forward computes: same temperature, same
+float32 log-softmax, same padding and position ids. `benchmarks/policy_throughput.py`
+measures what that costs against `model.generate`.
+
+Dropout is switched off at load time (see `hf_options`). Every random draw comes from
+`SamplingParams.seed`, so a policy has no hidden RNG state to checkpoint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from algorithms.types import ScoredText, TrainBatch
+from graft_env.policies.base import Generation, LossFn, SamplingParams
+from graft_env.policies.forward import response_logprobs, sample
+from graft_env.policies.hf_options import HFPolicyOptions, load_model, load_tokenizer
+from graft_env.policies.training import OptimStep, optimise
+from graft_env.prompts import format_prompt
+
+OPTIMIZER_FILE = "optimizer.pt"
+POLICY_FILE = "graft_policy.json"
+
+
+class HFPolicy:
+    """A transformers causal LM as a Policy (see `policies.base` for the contract)."""
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        *,
+        name: str | None = None,
+        options: HFPolicyOptions | None = None,
+    ) -> None:
+        self.options = options or HFPolicyOptions()
+        self.path = str(model_path)
+        if self.options.local_files_only and not Path(self.path).exists():
+            raise FileNotFoundError(
+                f"model path {self.path!r} does not exist (local_files_only=True: "
+                "hub ids are not downloaded)"
+            )
+        self.name = name or Path(self.path).name
+        self.temperature = self.options.temperature
+        self.device = torch.device(self.options.device)
+        self.tokenizer = load_tokenizer(self.path, self.options)
+        self.eos_id = int(self.tokenizer.eos_token_id)
+        pad = self.tokenizer.pad_token_id
+        self.pad_id = self.eos_id if pad is None else int(pad)  # pads are always masked
+        self.model = load_model(self.path, self.options)
+        self.optimizer = self._new_optimizer()
+        self.max_positions = getattr(self.model.config, "max_position_embeddings", None)
+
+    def _new_optimizer(self) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(
+            self.model.parameters(),
+            lr=self.options.lr,
+            betas=self.options.betas,
+            weight_decay=self.options.weight_decay,
+        )
+
+    # -- text <-> tokens ---------------------------------------------------------
+    def format_prompt(self, problem: str) -> str:
+        return format_prompt(problem, self.tokenizer)
+
+    def encode_prompt(self, prompt: str) -> list[int]:
+        """Prompt tokens; special tokens (BOS) are added unless the text already has them."""
+        if not isinstance(prompt, str) or not prompt:
+            raise ValueError(f"{self.name}: a prompt must be a non-empty string, got {prompt!r}")
+        bos = self.tokenizer.bos_token
+        add_special = not (bos and prompt.startswith(bos))
+        ids = self.tokenizer(prompt, add_special_tokens=add_special)["input_ids"]
+        if not ids:
+            raise ValueError(f"{self.name}: prompt {prompt[:60]!r} tokenises to nothing")
+        return list(ids)
+
+    def encode_response(self, text: str) -> list[int]:
+        """Response tokens as this policy would have ended them: the text, then EOS.
+
+        Special-token strings inside the text (a peer's "<|im_end|>", say) are plain
+        text here, so `decode_response(encode_response(t)) == t` for byte-level BPEs.
+        """
+        if not isinstance(text, str):
+            raise TypeError(f"{self.name}: a response must be a string, got {type(text).__name__}")
+        encoded = self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)
+        return [*encoded["input_ids"], self.eos_id]
+
+    def decode_response(self, token_ids: Sequence[int]) -> str:
+        """The response text without special tokens (EOS included), as peers receive it."""
+        return self.tokenizer.decode(
+            list(token_ids), skip_special_tokens=True, clean_up_tokenization_spaces=False
+        )
+
+    def _check_length(self, total: int, what: str) -> None:
+        if self.max_positions is not None and total > self.max_positions:
+            raise ValueError(
+                f"{self.name}: {what} needs {total} positions, the model has {self.max_positions}"
+            )
+
+    # -- sampling and scoring ----------------------------------------------------
+    def generate(
+        self, prompts: Sequence[str], n: int, sampling: SamplingParams
+    ) -> list[list[Generation]]:
+        if n < 1:
+            raise ValueError(f"{self.name}: n must be >= 1, got {n}")
+        prompt_ids = [self.encode_prompt(p) for p in prompts]
+        for index, ids in enumerate(prompt_ids):
+            self._check_length(
+                len(ids) + sampling.max_new_tokens, f"prompt {index} + max_new_tokens"
+            )
+        rows = [index for index in range(len(prompts)) for _ in range(n)]
+        generator = torch.Generator(device=self.device).manual_seed(sampling.seed)
+        groups: list[list[Generation]] = [[] for _ in prompts]
+        size = self.options.generation_batch_size
+        for start in range(0, len(rows), size):
+            chunk = rows[start : start + size]
+            sampled = sample(
+                self.model,
+                [prompt_ids[i] for i in chunk],
+                sampling,
+                eos_id=self.eos_id,
+                pad_id=self.pad_id,
+                temperature=self.temperature,
+                generator=generator,
+            )
+            for index, ids, logprobs, stopped in zip(
+                chunk, sampled.token_ids, sampled.logprobs, sampled.stopped, strict=True
+            ):
+                groups[index].append(
+                    Generation(
+                        text=self.decode_response(ids),
+                        token_ids=ids,
+                        logprobs=np.asarray(logprobs, dtype=np.float32),
+                        finish_reason="stop" if stopped else "length",
+                    )
+                )
+        return groups
+
+    @torch.no_grad()
+    def score_tokens(
+        self, prompts: Sequence[str], response_token_ids: Sequence[Sequence[int]]
+    ) -> list[np.ndarray]:
+        """Log-probs of given response token ids (the training forward, without grad)."""
+        if len(prompts) != len(response_token_ids):
+            raise ValueError(
+                f"{self.name}: {len(prompts)} prompts but {len(response_token_ids)} responses"
+            )
+        prompt_ids = [self.encode_prompt(p) for p in prompts]
+        scored: list[np.ndarray] = []
+        size = self.options.score_batch_size
+        for start in range(0, len(prompt_ids), size):
+            responses = [list(r) for r in response_token_ids[start : start + size]]
+            result = response_logprobs(
+                self.model,
+                prompt_ids[start : start + size],
+                responses,
+                pad_id=self.pad_id,
+                temperature=self.temperature,
+            )
+            rows = result.logprobs.cpu().numpy()
+            scored.extend(row[: len(r)].copy() for row, r in zip(rows, responses, strict=True))
+        return scored
+
+    def score(self, prompts: Sequence[str], responses: Sequence[str]) -> list[ScoredText]:
+        token_ids = [self.encode_response(text) for text in responses]
+        logprobs = self.score_tokens(prompts, token_ids)
+        return [ScoredText(ids, lp) for ids, lp in zip(token_ids, logprobs, strict=True)]
+
+    # -- training ----------------------------------------------------------------
+    def update(self, batch: TrainBatch, loss_fn: LossFn) -> dict[str, float]:
+        sequences = batch.sequences
+        for number, indices in enumerate(batch.minibatches):
+            if not indices:
+                raise ValueError(
+                    f"{self.name}: minibatch {number} of agent {batch.agent!r} is empty"
+                )
+            bad = [i for i in indices if not 0 <= i < len(sequences)]
+            if bad:
+                raise IndexError(f"{self.name}: minibatch {number} indexes missing sequences {bad}")
+        prompt_tokens: dict[int, list[int]] = {}
+        for number, seq in enumerate(sequences):
+            if not 0 <= seq.prompt_index < len(batch.prompts):
+                raise IndexError(
+                    f"{self.name}: sequence {number} has prompt_index {seq.prompt_index}, "
+                    f"batch has {len(batch.prompts)} prompts"
+                )
+            if seq.prompt_index not in prompt_tokens:
+                prompt_tokens[seq.prompt_index] = self.encode_prompt(
+                    batch.prompts[seq.prompt_index]
+                )
+        step = OptimStep(
+            temperature=self.temperature,
+            pad_id=self.pad_id,
+            grad_clip=self.options.grad_clip,
+            micro_batch_size=self.options.micro_batch_size,
+        )
+        self.model.train(self.options.gradient_checkpointing)  # checkpointing needs train mode
+        try:
+            metrics = optimise(
+                self.model,
+                self.optimizer,
+                [prompt_tokens[seq.prompt_index] for seq in sequences],
+                sequences,
+                batch.minibatches,
+                loss_fn,
+                step,
+            )
+        finally:
+            self.model.eval()
+        metrics["lr"] = float(self.optimizer.param_groups[0]["lr"])
+        return metrics
+
+    # -- checkpoints ---------------------------------------------------------------
+    def save(self, path: str | Path) -> None:
+        directory = Path(path)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(directory)
+        self.tokenizer.save_pretrained(directory)
+        torch.save({"optimizer": self.optimizer.state_dict()}, directory / OPTIMIZER_FILE)
+        record = {"name": self.name, "options": dataclasses.asdict(self.options)}
+        (directory / POLICY_FILE).write_text(json.dumps(record, indent=2))
+
+    def load(self, path: str | Path) -> None:
+        """Restore weights and optimizer moments; hyperparameters stay this policy's options."""
+        directory = Path(path)
+        optimizer_file = directory / OPTIMIZER_FILE
+        if not optimizer_file.is_file():
+            raise FileNotFoundError(
+                f"{self.name}: {optimizer_file} missing; not a policy checkpoint"
+            )
+        tokenizer = load_tokenizer(str(directory), self.options)
+        if tokenizer.get_vocab() != self.tokenizer.get_vocab():
+            raise ValueError(f"{self.name}: checkpoint {directory} has a different tokenizer")
+        self.model = load_model(str(directory), self.options)
+        self.optimizer = self._new_optimizer()
+        state = torch.load(optimizer_file, map_location=self.device, weights_only=True)
+        self.optimizer.load_state_dict(state["optimizer"])
+        for group in self.optimizer.param_groups:
+            group.update(
+                lr=self.options.lr, betas=self.options.betas, weight_decay=self.options.weight_decay
+            )

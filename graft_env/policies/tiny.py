@@ -1,0 +1,309 @@
+"""The built-in tiny heterogeneous pair: `tiny-a` and `tiny-b`.
+
+Two ~1M-parameter causal LMs of different families (GPT-NeoX / Llama) with
+different byte-level BPE tokenizers (plain prompts / a ChatML chat template),
+warm-started by supervised training on procedural worked solutions with disjoint
+skill mixes: A learns addition, multiplication and linear equations, B
+subtraction, modular arithmetic and gcd, and each sees only `peer_skill_share`
+(5 %) of the other's skills. So each often solves prompts where the other fails
+all n samples — the situation GRAFT exploits — within minutes on a CPU.
+
+Their home distribution is procedural difficulty level 1 (`level_weights`):
+what ~1M parameters learn in that time. Measured while tuning (one core each,
+shared CPU): at the same number of sequences, batch 16 for 2000 steps reached
+0.09 nats/token and 20-42 % level-1 pass@1 at temperature 1, batch 32 for 1000
+steps only 0.16 and 8-11 %; a GPT-2 member (learned absolute positions) lagged a
+GPT-NeoX one (rotary) by ~2x in loss; lr 1e-2 diverged to a worse plateau than
+3e-3; levels 2-3 stayed near 0 % within the budget.
+
+The build is a pure function of (config, seed, the procedural generators) and is
+cached under a key of all three: a second call loads, never re-trains.
+
+    python -m graft_env.policies.tiny --out DIR [--seed 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import os
+import random
+import shutil
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from multiprocessing import get_context
+from pathlib import Path
+
+import torch
+
+from graft_env.data import Problem
+from graft_env.data.procedural import LEVELS, SKILLS, generate
+from graft_env.policies import tiny_tokenizer
+from graft_env.policies.hf import HFPolicy
+from graft_env.policies.sft import SFTConfig, supervised_warm_start
+from graft_env.policies.tiny_models import TinyShape, build_model
+from graft_env.policies.tiny_report import (
+    add_skill_mix_summary,
+    complementarity_report,
+    format_report,
+)
+from graft_env.policies.tiny_tokenizer import CHATML_STYLE, PLAIN_STYLE, TokenizerSpec
+from graft_env.policies.zoo import default_cache_dir
+from graft_env.prompts import format_prompt
+
+BUILD_VERSION = 1  # bump when the build procedure changes what it produces
+COMPLETE_FILE = "build.json"
+REPORT_FILE = "report.json"
+TOKENIZER_CORPUS = 4000  # problems the BPE merges are learned from
+
+
+@dataclass(frozen=True)
+class TinyModelSpec:
+    """One member of the pair: its name, family, tokenizer and own skills."""
+
+    name: str
+    architecture: str
+    tokenizer: TokenizerSpec
+    skills: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class TinyPairConfig:
+    """Everything the build depends on besides the seed (all of it enters the cache key).
+
+    train_problems: SFT pool size per model (the SFT cycles over it).
+    level_weights: sampling weights of difficulty levels 1..5, for the SFT pool and
+        the report's test prompts alike. Levels 4-5 need multi-digit sums and
+        divisions in one step, which ~1M-parameter models do not learn in minutes,
+        so the pair's home distribution is the low levels; RL runs with the tiny
+        pair should draw prompts from the same levels.
+    peer_skill_share: share of a model's pool drawn from the other model's skills.
+    eval_*: the complementarity report: test prompts per skill, samples per prompt,
+        and the response length cap.
+    """
+
+    models: tuple[TinyModelSpec, ...] = (
+        TinyModelSpec(
+            "tiny-a", "gpt_neox", PLAIN_STYLE, ("addition", "multiplication", "linear_equation")
+        ),
+        TinyModelSpec("tiny-b", "llama", CHATML_STYLE, ("subtraction", "modular", "gcd")),
+    )
+    shape: TinyShape = field(default_factory=TinyShape)
+    sft: SFTConfig = field(
+        default_factory=lambda: SFTConfig(steps=3000, batch_size=16, lr=2e-3, warmup_steps=100)
+    )
+    train_problems: int = 24000
+    level_weights: tuple[float, ...] = (1, 0, 0, 0, 0)
+    peer_skill_share: float = 0.05
+    eval_prompts_per_skill: int = 48
+    eval_n: int = 8
+    eval_max_new_tokens: int = 256
+
+    def __post_init__(self) -> None:
+        names = [m.name for m in self.models]
+        if len(set(names)) != len(names) or len(names) < 2:
+            raise ValueError(f"TinyPairConfig.models needs >= 2 distinct names, got {names}")
+        unknown = sorted({s for m in self.models for s in m.skills} - set(SKILLS))
+        if unknown:
+            raise ValueError(f"TinyPairConfig: unknown skills {unknown}; valid: {list(SKILLS)}")
+        weights = self.level_weights
+        if len(weights) != len(LEVELS) or min(weights) < 0 or sum(weights) <= 0:
+            raise ValueError(
+                f"level_weights needs {len(LEVELS)} weights >= 0, not all 0; got {weights}"
+            )
+        if not 0.0 <= self.peer_skill_share < 1.0:
+            raise ValueError(f"peer_skill_share must be in [0, 1), got {self.peer_skill_share}")
+
+
+def cache_key(config: TinyPairConfig, seed: int) -> str:
+    """Hash of the build version, seed, config and a sample of the data generators."""
+    sample = [generate(skill, i, seed=seed) for skill in SKILLS for i in range(3)]
+    fingerprint = [(p.problem, p.extra["solution"]) for p in sample]
+    payload = json.dumps(
+        [BUILD_VERSION, seed, dataclasses.asdict(config), fingerprint], sort_keys=True
+    )
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def _training_problems(spec: TinyModelSpec, config: TinyPairConfig, seed: int) -> list[Problem]:
+    """A deterministic pool: own skills round-robin, a `peer_skill_share` of the rest,
+    levels drawn by `level_weights`."""
+    others = [s for s in SKILLS if s not in spec.skills]
+    stream = random.Random(f"tiny-pair/{spec.name}/{seed}")
+    problems = []
+    for index in range(config.train_problems):
+        pool = others if others and stream.random() < config.peer_skill_share else spec.skills
+        level = stream.choices(LEVELS, weights=config.level_weights)[0]
+        skill = pool[index % len(pool)]
+        problems.append(generate(skill, index, seed=seed, split="train", difficulty=level))
+    return problems
+
+
+def evaluation_problems(config: TinyPairConfig, seed: int) -> list[Problem]:
+    """`eval_prompts_per_skill` test-split items of every skill, levels by `level_weights`."""
+    stream = random.Random(f"tiny-pair/eval/{seed}")
+    return [
+        generate(
+            skill,
+            index,
+            seed=seed,
+            split="test",
+            difficulty=stream.choices(LEVELS, weights=config.level_weights)[0],
+        )
+        for index in range(config.eval_prompts_per_skill)
+        for skill in SKILLS
+    ]
+
+
+def _train_tokenizer(spec: TinyModelSpec, problems):
+    corpus = problems[:TOKENIZER_CORPUS]
+    tokenizer = tiny_tokenizer.train_tokenizer(
+        (format_prompt(p.problem) + p.extra["solution"] for p in corpus), spec.tokenizer
+    )
+    if spec.tokenizer.chat_template:  # learn merges on the text the model will really see
+        tokenizer = tiny_tokenizer.train_tokenizer(
+            (format_prompt(p.problem, tokenizer) + p.extra["solution"] for p in corpus),
+            spec.tokenizer,
+        )
+    return tokenizer
+
+
+def _warm_start(spec: TinyModelSpec, config: TinyPairConfig, seed: int, directory: Path) -> dict:
+    """Tokenizer + model + SFT for one member, saved to `directory` (runs in a worker)."""
+    torch.set_num_threads(1)  # one core per member; also makes the result thread-count free
+    problems = _training_problems(spec, config, seed)
+    tokenizer = _train_tokenizer(spec, problems)
+    eos = tokenizer.eos_token_id
+    examples = [
+        (
+            tokenizer(format_prompt(p.problem, tokenizer))["input_ids"],
+            [*tokenizer(p.extra["solution"], add_special_tokens=False)["input_ids"], eos],
+        )
+        for p in problems
+    ]
+    model = build_model(
+        spec.architecture, len(tokenizer), eos, tokenizer.pad_token_id, config.shape, seed
+    )
+
+    def progress(step: int, loss: float, seconds: float) -> None:
+        print(f"[{spec.name}] step {step:5d}  loss {loss:.4f}  {seconds:6.0f}s", flush=True)
+
+    started = time.perf_counter()
+    losses = supervised_warm_start(
+        model,
+        examples,
+        tokenizer.pad_token_id,
+        dataclasses.replace(config.sft, seed=seed),
+        progress,
+    )
+    seconds = time.perf_counter() - started
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return {
+        "seconds": seconds,
+        "final_loss": sum(losses[-50:]) / len(losses[-50:]),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "vocab_size": len(tokenizer),
+    }
+
+
+def _warm_start_all(config: TinyPairConfig, seed: int, staging: Path, workers: int) -> dict:
+    """Warm-start every member: in `workers` spawned processes, or here when 0."""
+    if workers < 0:
+        raise ValueError(f"workers must be >= 0, got {workers}")
+    if workers == 0:
+        threads = torch.get_num_threads()
+        try:
+            return {
+                spec.name: _warm_start(spec, config, seed, staging / spec.name)
+                for spec in config.models
+            }
+        finally:
+            torch.set_num_threads(threads)
+    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+        futures = {
+            spec.name: pool.submit(_warm_start, spec, config, seed, staging / spec.name)
+            for spec in config.models
+        }
+        return {name: future.result() for name, future in futures.items()}
+
+
+def _model_paths(root: Path, config: TinyPairConfig) -> dict[str, Path]:
+    return {spec.name: root / spec.name for spec in config.models}
+
+
+def build_tiny_pair(
+    cache_dir: Path | str | None = None,
+    seed: int = 0,
+    *,
+    config: TinyPairConfig | None = None,
+    workers: int = 2,
+    log: Callable[[str], None] = print,
+) -> dict[str, Path]:
+    """Build (or load from the cache) the tiny pair; returns {model name: model directory}.
+
+    The models train in `workers` processes, one torch thread each (0: one after
+    the other in this process, same results). `report.json`
+    (see `tiny_report.complementarity_report`) and `build.json` (config, key,
+    timings) are written next to the model directories.
+    """
+    config = config or TinyPairConfig()
+    key = cache_key(config, seed)
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    target = root / f"tiny-pair-{key}"
+    if (target / COMPLETE_FILE).is_file():
+        return _model_paths(target, config)
+    staging = root / f".tiny-pair-{key}.{os.getpid()}.tmp"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    log(f"building tiny pair {key} (seed {seed}) in {staging}")
+    started = time.perf_counter()
+    training = _warm_start_all(config, seed, staging, workers)
+    warm_start_seconds = time.perf_counter() - started
+    policies = {name: HFPolicy(path) for name, path in _model_paths(staging, config).items()}
+    report_started = time.perf_counter()
+    report = complementarity_report(
+        policies,
+        evaluation_problems(config, seed),
+        n=config.eval_n,
+        seed=seed,
+        max_new_tokens=config.eval_max_new_tokens,
+    )
+    report["level_weights"] = list(config.level_weights)
+    add_skill_mix_summary(report, {spec.name: spec.skills for spec in config.models})
+    (staging / REPORT_FILE).write_text(json.dumps(report, indent=2))
+    log(format_report(report))
+    build = {
+        "key": key,
+        "seed": seed,
+        "config": dataclasses.asdict(config),
+        "training": training,
+        "warm_start_seconds": warm_start_seconds,
+        "report_seconds": time.perf_counter() - report_started,
+    }
+    (staging / COMPLETE_FILE).write_text(json.dumps(build, indent=2))
+    log(f"warm-start {warm_start_seconds:.0f}s, report {build['report_seconds']:.0f}s")
+    if (target / COMPLETE_FILE).is_file():  # a concurrent build finished first: keep it
+        shutil.rmtree(staging)
+    else:
+        shutil.rmtree(target, ignore_errors=True)  # an incomplete earlier attempt
+        staging.rename(target)
+    return _model_paths(target, config)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=None, help="cache directory")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workers", type=int, default=2, help="models trained in parallel")
+    args = parser.parse_args(argv)
+    for name, path in build_tiny_pair(args.out, args.seed, workers=args.workers).items():
+        print(f"{name}: {path}")
+
+
+if __name__ == "__main__":
+    main()

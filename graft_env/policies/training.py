@@ -1,0 +1,151 @@
+"""One optimisation pass over a TrainBatch, minibatch by minibatch.
+
+The loss is whatever the algorithm passes in (`loss_fn(new_logp, sequences)`); the
+policy only supplies new log-probs on its own tokenisation and runs the optimiser.
+
+Micro-batching (to bound memory) must not change the loss: a token-mean over the
+minibatch is not the mean of micro-batch token-means. Rather than assume how the
+loss normalises, micro-batching runs two passes: a no-grad forward of every
+micro-batch gives the full [B, T] `new_logp`, the loss and its gradient with
+respect to `new_logp` are computed once on the whole minibatch, then each
+micro-batch is re-run with grad and back-propagates its slice of that gradient.
+The result equals the single-pass gradient for any loss, at the cost of one extra
+forward.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from algorithms.types import TrainSequence
+from graft_env.policies.base import LossFn
+from graft_env.policies.forward import ResponseLogprobs, response_logprobs
+
+
+@dataclass(frozen=True)
+class OptimStep:
+    """How each minibatch turns into one optimiser step."""
+
+    temperature: float
+    pad_id: int
+    grad_clip: float
+    micro_batch_size: int | None
+
+
+def _pad_rows(rows: list[torch.Tensor], width: int) -> torch.Tensor:
+    return torch.stack([torch.nn.functional.pad(row, (0, width - row.shape[0])) for row in rows])
+
+
+def _stats_as_floats(stats: dict, where: str) -> dict[str, float]:
+    converted = {}
+    for key, value in stats.items():
+        try:
+            converted[key] = float(value)
+        except (TypeError, ValueError) as err:
+            raise TypeError(f"{where}: loss stat {key!r} is not a number: {value!r}") from err
+    return converted
+
+
+def _minibatch_gradients(
+    model: torch.nn.Module,
+    prompt_ids: list[list[int]],
+    sequences: Sequence[TrainSequence],
+    loss_fn: LossFn,
+    step: OptimStep,
+) -> tuple[float, float, dict]:
+    """Back-propagate one minibatch's loss; returns (loss, entropy_sum, stats)."""
+    response_ids = [list(seq.response_token_ids) for seq in sequences]
+    size = step.micro_batch_size or len(sequences)
+    spans = [
+        range(start, min(start + size, len(sequences))) for start in range(0, len(sequences), size)
+    ]
+
+    def forward(span: range) -> ResponseLogprobs:
+        return response_logprobs(
+            model,
+            [prompt_ids[i] for i in span],
+            [response_ids[i] for i in span],
+            pad_id=step.pad_id,
+            temperature=step.temperature,
+        )
+
+    if len(spans) == 1:
+        result = forward(spans[0])
+        loss, stats = loss_fn(result.logprobs, sequences)
+        loss.backward()
+        return float(loss.detach()), result.entropy_sum, stats
+
+    width = max(len(r) for r in response_ids)
+    with torch.no_grad():
+        rows = [row for span in spans for row in forward(span).logprobs]
+    new_logp = _pad_rows(rows, width).requires_grad_(True)
+    loss, stats = loss_fn(new_logp, sequences)
+    loss.backward()
+    upstream = new_logp.grad
+    lengths = torch.tensor([len(r) for r in response_ids], device=upstream.device)
+    padding = torch.arange(width, device=upstream.device)[None, :] >= lengths[:, None]
+    if bool((upstream[padding] != 0).any()):
+        raise ValueError(
+            "loss_fn has a gradient on padding positions of new_logp (beyond a length)"
+        )
+    entropy_sum = 0.0
+    for span in spans:
+        result = forward(span)
+        result.logprobs.backward(upstream[span.start : span.stop, : result.logprobs.shape[1]])
+        entropy_sum += result.entropy_sum
+    return float(loss.detach()), entropy_sum, stats
+
+
+def optimise(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    prompt_ids: list[list[int]],
+    sequences: Sequence[TrainSequence],
+    minibatches: Sequence[Sequence[int]],
+    loss_fn: LossFn,
+    step: OptimStep,
+) -> dict[str, float]:
+    """Run `minibatches` in order; `prompt_ids[j]` is the tokenised prompt of `sequences[j]`.
+
+    Returns the mean over minibatches of loss, pre-clip grad norm and every loss
+    stat, the token-mean entropy, and the total response token count.
+    """
+    params = [p for p in model.parameters() if p.requires_grad]
+    totals: dict[str, float] = {}
+    losses, grad_norms, entropy_sum, tokens = [], [], 0.0, 0
+    for number, indices in enumerate(minibatches):
+        batch_sequences = [sequences[i] for i in indices]
+        batch_prompts = [prompt_ids[i] for i in indices]
+        optimizer.zero_grad(set_to_none=True)
+        loss, entropy, stats = _minibatch_gradients(
+            model, batch_prompts, batch_sequences, loss_fn, step
+        )
+        if not math.isfinite(loss):
+            raise FloatingPointError(f"minibatch {number}: loss is {loss}; no step taken")
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, step.grad_clip))
+        if not math.isfinite(grad_norm):
+            raise FloatingPointError(f"minibatch {number}: grad norm is {grad_norm}; no step taken")
+        optimizer.step()
+        losses.append(loss)
+        grad_norms.append(grad_norm)
+        entropy_sum += entropy
+        tokens += sum(len(seq.response_token_ids) for seq in batch_sequences)
+        for key, value in _stats_as_floats(stats, f"minibatch {number}").items():
+            totals[key] = totals.get(key, 0.0) + value
+    optimizer.zero_grad(set_to_none=True)
+    count = len(minibatches)
+    metrics = {f"loss_fn/{key}": value / count for key, value in totals.items()}
+    metrics.update(
+        loss=sum(losses) / count,
+        grad_norm=sum(grad_norms) / count,
+        grad_norm_max=max(grad_norms),
+        entropy=entropy_sum / max(tokens, 1),
+        tokens=float(tokens),
+        minibatches=float(count),
+        sequences=float(sum(len(i) for i in minibatches)),
+    )
+    return metrics

@@ -1,0 +1,72 @@
+"""The warm-started tiny pair, built once (cached under $GRAFT_CACHE_DIR) for loop tests.
+
+Loop tests need models that sometimes succeed, or no exchange ever happens; a
+random-init model never writes a correct \\boxed{} answer. The first run on a fresh
+machine builds the pair (minutes); later runs load the cache.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+
+from algorithms.run_config import config_from_dict
+from graft_env.policies import HFPolicy, HFPolicyOptions
+
+
+@pytest.fixture(scope="session")
+def tiny_pair_paths() -> dict[str, Path]:
+    """The cached pair; `$GRAFT_TEST_TINY_PAIR` may name an already built pair directory."""
+    prebuilt = os.environ.get("GRAFT_TEST_TINY_PAIR")
+    if prebuilt:
+        return {name: Path(prebuilt) / name for name in ("tiny-a", "tiny-b")}
+    from graft_env.policies.tiny import build_tiny_pair
+
+    return build_tiny_pair(None, 0)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def one_torch_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
+def fresh_policies(tiny_pair_paths) -> Callable[..., dict[str, HFPolicy]]:
+    """`fresh_policies("tiny-a", ...)`: newly loaded policies (own weights and optimizer)."""
+
+    def make(*names: str, lr: float = 1e-3) -> dict[str, HFPolicy]:
+        options = HFPolicyOptions.from_kwargs(lr=lr, generation_batch_size=32)
+        return {n: HFPolicy(tiny_pair_paths[n], name=n, options=options) for n in names}
+
+    return make
+
+
+def small_config(run_dir: Path, algorithm: str, agents=("tiny-a", "tiny-b"), **extra):
+    """A few-second run: 6 prompts x 4 samples, short responses, no progress bar."""
+    data = {
+        "agents": [{"name": a, "model": a} for a in agents],
+        "algorithm": algorithm,
+        "algorithm_options": {"n": 4, "num_minibatches": 2, **extra.pop("options", {})},
+        "env": {
+            "dataset": "procedural",
+            "split": "train",
+            # Level 1: the difficulty the tiny pair is warm-started on (its report's regime).
+            "dataset_options": {"size": 40, "difficulty": 1},
+            "batch_size": 6,
+        },
+        "sampling": {"max_new_tokens": 64},
+        "steps": 2,
+        "run_dir": str(run_dir),
+        "checkpoint_every": 1,
+        "progress": False,
+        "tensorboard": False,
+        **extra,
+    }
+    return config_from_dict(data)

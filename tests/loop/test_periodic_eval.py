@@ -1,0 +1,33 @@
+"""Evaluation during training writes eval/* metrics and keeps the best checkpoint."""
+
+import json
+
+import pytest
+from conftest import small_config
+
+from algorithms.loop import Trainer
+from algorithms.periodic_eval import eval_sets
+
+
+def test_eval_rows_and_best_checkpoint(tmp_path, fresh_policies):
+    config = small_config(
+        tmp_path / "run",
+        "grpo",
+        agents=("tiny-b",),
+        steps=2,
+        eval={"every": 1, "datasets": ["procedural/subtraction", "procedural/gcd"], "k": 2,
+              "limit": 4, "max_new_tokens": 48},
+    )
+    rows = Trainer(config, policies=fresh_policies("tiny-b")).train()
+    values = [row["eval/average/pass@1"] for row in rows]
+    assert len(values) == 2 and all(0.0 <= v <= 1.0 for v in values)
+    assert all("eval/procedural/gcd/pass@1" in row for row in rows)
+    best = json.loads((tmp_path / "run" / "best" / "tiny-b" / "best.json").read_text())
+    assert best["value"] == max(values)
+    assert best["step"] == values.index(max(values))
+    assert (tmp_path / "run" / "best" / "tiny-b" / "config.json").is_file()
+
+
+def test_unknown_eval_sets_are_named():
+    with pytest.raises(ValueError, match="unknown procedural skill 'division'"):
+        eval_sets(["procedural/division"], None, 4)

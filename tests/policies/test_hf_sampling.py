@@ -1,0 +1,139 @@
+"""Sampling and scoring of HFPolicy: recorded log-probs equal the training forward."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from graft_env.policies.base import Generation, SamplingParams
+from graft_env.policies.forward import response_logprobs
+
+TOLERANCE = 1e-4  # fp32: generation (KV cache, left padding) vs teacher-forced forward
+PROBLEMS = ["What is 2 + 3?", "What is 41 + 17? Show the carry.", "Add 9 and 9."]
+
+
+def _flatten(prompts, groups):
+    return [(prompt, gen) for prompt, group in zip(prompts, groups, strict=True) for gen in group]
+
+
+def test_generation_logprobs_match_scoring_and_training_forward(policy):
+    prompts = [policy.format_prompt(p) for p in PROBLEMS]
+    groups = policy.generate(prompts, 3, SamplingParams(max_new_tokens=24, seed=3))
+    assert [len(g) for g in groups] == [3, 3, 3]
+    pairs = _flatten(prompts, groups)
+    scored = policy.score_tokens([p for p, _ in pairs], [g.token_ids for _, g in pairs])
+    with torch.no_grad():
+        trained = response_logprobs(
+            policy.model,
+            [policy.encode_prompt(p) for p, _ in pairs],
+            [g.token_ids for _, g in pairs],
+            pad_id=policy.pad_id,
+            temperature=policy.temperature,
+        ).logprobs.numpy()
+    for row, ((_, gen), from_score) in enumerate(zip(pairs, scored, strict=True)):
+        assert len(gen.token_ids) == len(gen.logprobs) == len(from_score)
+        np.testing.assert_allclose(gen.logprobs, from_score, atol=TOLERANCE, rtol=0)
+        length = len(gen.token_ids)
+        np.testing.assert_allclose(gen.logprobs, trained[row, :length], atol=TOLERANCE, rtol=0)
+
+
+def test_logprobs_use_the_policy_temperature_not_the_sampling_one(make_policy, model_dirs):
+    hot = make_policy(model_dirs["gpt2"], temperature=2.0)
+    prompt = hot.format_prompt(PROBLEMS[0])
+    [[gen]] = hot.generate([prompt], 1, SamplingParams(temperature=0.5, max_new_tokens=12))
+    [scored] = hot.score_tokens([prompt], [gen.token_ids])
+    np.testing.assert_allclose(gen.logprobs, scored, atol=TOLERANCE, rtol=0)
+    cold = make_policy(model_dirs["gpt2"], temperature=1.0)
+    [at_one] = cold.score_tokens([prompt], [gen.token_ids])
+    assert np.abs(at_one - scored).max() > 1e-3  # the temperature really enters the log-probs
+
+
+def test_same_seed_same_generations_and_new_seed_differs(policy):
+    prompts = [policy.format_prompt(p) for p in PROBLEMS[:2]]
+    first = policy.generate(prompts, 4, SamplingParams(max_new_tokens=16, seed=11))
+    again = policy.generate(prompts, 4, SamplingParams(max_new_tokens=16, seed=11))
+    other = policy.generate(prompts, 4, SamplingParams(max_new_tokens=16, seed=12))
+
+    def ids(groups):
+        return [[g.token_ids for g in group] for group in groups]
+
+    assert ids(first) == ids(again)
+    assert ids(first) != ids(other)
+
+
+def test_tiny_top_p_is_greedy_decoding(policy):
+    prompts = [policy.format_prompt(p) for p in PROBLEMS]
+    greedy = policy.generate(prompts, 1, SamplingParams(temperature=0.0, max_new_tokens=10))
+    nucleus = policy.generate(prompts, 2, SamplingParams(top_p=1e-6, max_new_tokens=10, seed=5))
+    for [argmax], pair in zip(greedy, nucleus, strict=True):
+        assert [g.token_ids for g in pair] == [argmax.token_ids, argmax.token_ids]
+
+
+def test_length_finish_and_text_without_special_tokens(policy):
+    [[gen]] = policy.generate(
+        [policy.format_prompt(PROBLEMS[0])], 1, SamplingParams(max_new_tokens=5, seed=0)
+    )
+    assert gen.finish_reason in ("stop", "length")
+    if gen.finish_reason == "length":
+        assert len(gen.token_ids) == 5 and policy.eos_id not in gen.token_ids
+    assert policy.tokenizer.eos_token not in gen.text
+
+
+def test_eos_ends_rows_at_different_steps_with_consistent_logprobs(policy):
+    """Boost the EOS logit so rows stop at varied steps inside one batch."""
+
+    def boost_eos(module, inputs, logits):
+        logits[..., policy.eos_id] += 4.0
+        return logits
+
+    hook = policy.model.get_output_embeddings().register_forward_hook(boost_eos)
+    try:
+        prompt = policy.format_prompt(PROBLEMS[0])
+        [group] = policy.generate([prompt], 8, SamplingParams(max_new_tokens=40, seed=1))
+        [*scored] = policy.score_tokens([prompt] * 8, [g.token_ids for g in group])
+    finally:
+        hook.remove()
+    stopped = [g for g in group if g.finish_reason == "stop"]
+    assert len({len(g.token_ids) for g in stopped}) >= 2  # rows ended at different steps
+    for gen, from_score in zip(group, scored, strict=True):
+        np.testing.assert_allclose(gen.logprobs, from_score, atol=TOLERANCE, rtol=0)
+        eos_count = gen.token_ids.count(policy.eos_id)
+        if gen.finish_reason == "stop":
+            assert gen.token_ids[-1] == policy.eos_id and eos_count == 1
+        else:
+            assert len(gen.token_ids) == 40 and eos_count == 0
+
+
+def test_score_appends_eos_and_matches_score_tokens(policy):
+    prompt = policy.format_prompt(PROBLEMS[1])
+    [scored] = policy.score([prompt], ["41 + 17 = 58. \\boxed{58}"])
+    assert scored.token_ids[-1] == policy.eos_id
+    [direct] = policy.score_tokens([prompt], [scored.token_ids])
+    np.testing.assert_allclose(scored.logprobs, direct, atol=0, rtol=0)
+    assert scored.mean_logp == pytest.approx(float(np.mean(direct)))
+
+
+def test_scoring_is_independent_of_batch_padding(policy):
+    prompts = [policy.format_prompt(p) for p in PROBLEMS]
+    responses = ["5", "58 is the sum of 41 and 17, so \\boxed{58}", "18"]
+    together = policy.score(prompts, responses)
+    for prompt, response, batched in zip(prompts, responses, together, strict=True):
+        [alone] = policy.score([prompt], [response])
+        np.testing.assert_allclose(alone.logprobs, batched.logprobs, atol=TOLERANCE, rtol=0)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("temperature", -0.1), ("top_p", 0.0), ("top_p", 1.5), ("max_new_tokens", 0)],
+)
+def test_bad_sampling_params_are_rejected(field, value):
+    with pytest.raises(ValueError, match=field):
+        SamplingParams(**{field: value})
+
+
+def test_generation_rejects_mismatched_logprobs():
+    with pytest.raises(ValueError, match="log-probs"):
+        Generation(text="", token_ids=[1, 2], logprobs=np.zeros(1), finish_reason="stop")
+    with pytest.raises(ValueError, match="finish_reason"):
+        Generation(text="", token_ids=[], logprobs=np.zeros(0), finish_reason="eos")

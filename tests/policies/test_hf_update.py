@@ -1,0 +1,158 @@
+"""HFPolicy.update with the GRPO loss, micro-batching exactness, and checkpoints."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import algorithms
+from algorithms.types import TrainBatch, TrainSequence
+from graft_env.policies.base import SamplingParams
+from graft_env.policies.training import OptimStep, optimise
+
+PROBLEMS = ["What is 2 + 3?", "What is 41 + 17?"]
+
+
+def _rollout_batch(policy, seed: int = 0) -> TrainBatch:
+    """A fixed GRPO-style batch from the policy's own samples, with alternating advantages."""
+    prompts = [policy.format_prompt(p) for p in PROBLEMS]
+    groups = policy.generate(prompts, 4, SamplingParams(max_new_tokens=12, seed=seed))
+    sequences = [
+        TrainSequence(
+            prompt_index=p,
+            response_token_ids=gen.token_ids,
+            old_logprobs=gen.logprobs,
+            advantage=1.0 if i % 2 == 0 else -1.0,
+        )
+        for p, group in enumerate(groups)
+        for i, gen in enumerate(group)
+    ]
+    return TrainBatch(
+        agent=policy.name,
+        prompts=prompts,
+        sequences=sequences,
+        minibatches=[[0, 1, 2, 3, 4, 5, 6, 7]],
+    )
+
+
+def _current_loss(policy, batch: TrainBatch, loss_fn) -> float:
+    prompts = [batch.prompts[s.prompt_index] for s in batch.sequences]
+    scored = policy.score_tokens(prompts, [s.response_token_ids for s in batch.sequences])
+    width = max(len(row) for row in scored)
+    new_logp = torch.tensor(np.stack([np.pad(row, (0, width - len(row))) for row in scored]))
+    loss, _ = loss_fn(new_logp, batch.sequences)
+    return float(loss)
+
+
+def _parameters(policy) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in policy.model.parameters()]
+
+
+def test_update_changes_parameters_and_lowers_the_grpo_loss(policy):
+    loss_fn = algorithms.make("grpo").loss
+    batch = _rollout_batch(policy)
+    before_params = _parameters(policy)
+    before = _current_loss(policy, batch, loss_fn)
+    metrics = policy.update(batch, loss_fn)
+    after = _current_loss(policy, batch, loss_fn)
+    assert after < before - 1e-3
+    assert metrics["loss"] == pytest.approx(before, abs=1e-5)  # first minibatch: ratio == 1
+    assert metrics["tokens"] == sum(len(s.response_token_ids) for s in batch.sequences)
+    assert metrics["grad_norm"] > 0 and metrics["entropy"] > 0
+    changed = [
+        not torch.equal(a, b) for a, b in zip(before_params, _parameters(policy), strict=True)
+    ]
+    assert all(changed)
+
+
+def test_micro_batching_gives_the_same_gradient(policy, make_policy, model_dirs):
+    """Two-pass micro-batching reproduces the whole-minibatch gradient for a token-mean loss."""
+    loss_fn = algorithms.make("grpo").loss
+    batch = _rollout_batch(policy, seed=4)
+    prompt_ids = [policy.encode_prompt(batch.prompts[s.prompt_index]) for s in batch.sequences]
+    results = []
+    for micro in (None, 3):
+        model = type(policy.model).from_pretrained(policy.path).eval()
+        optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+        step = OptimStep(
+            temperature=1.0, pad_id=policy.pad_id, grad_clip=1e9, micro_batch_size=micro
+        )
+        metrics = optimise(
+            model, optimizer, prompt_ids, batch.sequences, batch.minibatches, loss_fn, step
+        )
+        results.append((metrics, [p.detach() for p in model.parameters()]))
+    (whole, whole_params), (micro, micro_params) = results
+    assert micro["loss"] == pytest.approx(whole["loss"], abs=1e-6)
+    assert micro["grad_norm"] == pytest.approx(whole["grad_norm"], rel=1e-4)
+    assert micro["entropy"] == pytest.approx(whole["entropy"], rel=1e-5)
+    for a, b in zip(whole_params, micro_params, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+
+
+def test_minibatch_order_and_count_are_followed(policy):
+    calls = []
+
+    def recording_loss(new_logp, sequences):
+        calls.append([s.advantage for s in sequences])
+        return algorithms.make("grpo").loss(new_logp, sequences)
+
+    batch = _rollout_batch(policy)
+    batch.minibatches = [[1, 3], [0], [2, 5, 4]]
+    metrics = policy.update(batch, recording_loss)
+    assert calls == [[-1.0, -1.0], [1.0], [1.0, -1.0, 1.0]]
+    assert metrics["minibatches"] == 3 and metrics["sequences"] == 6
+
+
+@pytest.mark.parametrize(
+    ("minibatches", "error", "match"),
+    [([[0], []], ValueError, "minibatch 1 .* is empty"), ([[0, 99]], IndexError, r"\[99\]")],
+)
+def test_bad_minibatches_are_rejected(policy, minibatches, error, match):
+    batch = _rollout_batch(policy)
+    batch.minibatches = minibatches
+    with pytest.raises(error, match=match):
+        policy.update(batch, algorithms.make("grpo").loss)
+
+
+def test_bad_prompt_index_is_rejected(policy):
+    batch = _rollout_batch(policy)
+    batch.prompts = batch.prompts[:1]
+    with pytest.raises(IndexError, match="prompt_index 1"):
+        policy.update(batch, algorithms.make("grpo").loss)
+
+
+def test_save_load_restores_weights_optimizer_and_sampling(make_policy, model_dirs, tmp_path):
+    loss_fn = algorithms.make("grpo").loss
+    original = make_policy(model_dirs["llama"])
+    original.update(_rollout_batch(original, seed=1), loss_fn)
+    original.save(tmp_path / "ckpt")
+    restored = make_policy(model_dirs["llama"])
+    restored.load(tmp_path / "ckpt")
+
+    sampling = SamplingParams(max_new_tokens=10, seed=9)
+    prompts = [original.format_prompt(p) for p in PROBLEMS]
+    for ours, theirs in zip(
+        original.generate(prompts, 2, sampling),
+        restored.generate(prompts, 2, sampling),
+        strict=True,
+    ):
+        for a, b in zip(ours, theirs, strict=True):
+            assert a.token_ids == b.token_ids
+            np.testing.assert_array_equal(a.logprobs, b.logprobs)
+    # Same optimizer moments: the next update moves both identically.
+    batch = _rollout_batch(original, seed=2)
+    original.update(batch, loss_fn)
+    restored.update(batch, loss_fn)
+    for a, b in zip(_parameters(original), _parameters(restored), strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
+
+
+def test_load_rejects_a_plain_model_and_another_tokenizer(make_policy, model_dirs, tmp_path):
+    policy = make_policy(model_dirs["gpt2"])
+    with pytest.raises(FileNotFoundError, match=r"optimizer\.pt"):
+        policy.load(model_dirs["gpt2"])
+    other = make_policy(model_dirs["llama"])
+    other.save(tmp_path / "other")
+    with pytest.raises(ValueError, match="different tokenizer"):
+        policy.load(tmp_path / "other")
