@@ -206,10 +206,11 @@ class Trainer:
         prompt_ids = infos[live[0]]["prompt_ids"]
 
         with _timed(timings, "rollout"):
-            generations = {
-                name: self._generate(name, index, obs[name], sampling_seed(cfg.seed, t, index))
+            waits = {
+                name: self._start_generate(name, obs[name], sampling_seed(cfg.seed, t, index))
                 for index, name in enumerate(live)
             }
+            generations = {name: wait() for name, wait in waits.items()}
             stored = self._read_peer(t, prompt_ids) if self.peer else None
         actions = {name: _texts(gens) for name, gens in generations.items()}
         if stored is not None:
@@ -249,12 +250,17 @@ class Trainer:
 
         update_metrics = {}
         with _timed(timings, "update"):
+            waits = {}
             for name, policy in self.policies.items():
-                if batches[name].minibatches:
-                    update_metrics[name] = policy.update(batches[name], self.algorithm.loss)
-                else:  # e.g. dynamic sampling found no informative group, even after refills
+                if not batches[name].minibatches:
+                    # e.g. dynamic sampling found no informative group, even after refills
                     log.warning("step %d: %s has nothing to train on; update skipped", t, name)
                     update_metrics[name] = {"update_skipped": 1.0}
+                elif hasattr(policy, "update_async"):  # Ray actors train concurrently
+                    waits[name] = policy.update_async(batches[name], self.algorithm.loss).result
+                else:
+                    update_metrics[name] = policy.update(batches[name], self.algorithm.loss)
+            update_metrics.update({name: wait() for name, wait in waits.items()})
 
         if self.store is not None:
             for name in live:
@@ -265,8 +271,17 @@ class Trainer:
         return record
 
     def _generate(self, name: str, index: int, prompts: Sequence[str], seed: int):
+        return self._start_generate(name, prompts, seed)()
+
+    def _start_generate(self, name: str, prompts: Sequence[str], seed: int):
+        """Start `name`'s sampling; the returned callable waits for its groups.
+
+        Policies with `generate_async` (Ray actors) sample concurrently, each in its
+        own process; the others sample right here, one after the other.
+        """
         sampling = self.config.sampling
-        return self.policies[name].generate(
+        policy = self.policies[name]
+        args = (
             list(prompts),
             self.algorithm.config.n,
             SamplingParams(
@@ -276,6 +291,10 @@ class Trainer:
                 seed=seed,
             ),
         )
+        if hasattr(policy, "generate_async"):
+            return policy.generate_async(*args).result
+        groups = policy.generate(*args)
+        return lambda: groups
 
     def _refill(
         self, t: int, index: int, rollouts: AgentRollouts, statuses: list[str]

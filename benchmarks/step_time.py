@@ -30,8 +30,11 @@ def run_once(algorithm: str, run_dir: Path, args: argparse.Namespace) -> list[di
             "agents": [{"name": m, "model": m, "options": {"lr": 1e-4}} for m in args.models],
             "algorithm": algorithm,
             "algorithm_options": {"n": args.n, "num_minibatches": 2},
-            "env": {"dataset": "procedural", "dataset_options": {"size": 500},
-                    "batch_size": args.batch_size},
+            "env": {
+                "dataset": "procedural",
+                "dataset_options": {"size": 500},
+                "batch_size": args.batch_size,
+            },
             "sampling": {"max_new_tokens": args.max_new_tokens},
             "steps": args.steps,
             "run_dir": str(run_dir),

@@ -112,5 +112,7 @@ def load_model(path: str, options: HFPolicyOptions) -> torch.nn.Module:
         if isinstance(module, torch.nn.Dropout):
             module.p = 0.0
     if options.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
+        # transformers >= 5.x renamed it; 4.x only has the old name.
+        enable = getattr(model, "activation_checkpointing_enable", None)
+        (enable or model.gradient_checkpointing_enable)()
     return model.to(options.device).eval()

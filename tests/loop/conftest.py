@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from algorithms.run_config import config_from_dict
 from graft_env.policies import HFPolicy, HFPolicyOptions
 
 
@@ -46,27 +45,3 @@ def fresh_policies(tiny_pair_paths) -> Callable[..., dict[str, HFPolicy]]:
         return {n: HFPolicy(tiny_pair_paths[n], name=n, options=options) for n in names}
 
     return make
-
-
-def small_config(run_dir: Path, algorithm: str, agents=("tiny-a", "tiny-b"), **extra):
-    """A few-second run: 6 prompts x 4 samples, short responses, no progress bar."""
-    data = {
-        "agents": [{"name": a, "model": a} for a in agents],
-        "algorithm": algorithm,
-        "algorithm_options": {"n": 4, "num_minibatches": 2, **extra.pop("options", {})},
-        "env": {
-            "dataset": "procedural",
-            "split": "train",
-            # Level 1: the difficulty the tiny pair is warm-started on (its report's regime).
-            "dataset_options": {"size": 40, "difficulty": 1},
-            "batch_size": 6,
-        },
-        "sampling": {"max_new_tokens": 64},
-        "steps": 2,
-        "run_dir": str(run_dir),
-        "checkpoint_every": 1,
-        "progress": False,
-        "tensorboard": False,
-        **extra,
-    }
-    return config_from_dict(data)

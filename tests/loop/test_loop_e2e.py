@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import small_config
+from loop_helpers import small_config
 
 import algorithms
 from algorithms.loop import Trainer

@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from conftest import small_config
+from loop_helpers import small_config
 
 from algorithms.loop import Trainer
 

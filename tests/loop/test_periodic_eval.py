@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from conftest import small_config
+from loop_helpers import small_config
 
 from algorithms.loop import Trainer
 from algorithms.periodic_eval import eval_sets
@@ -15,8 +15,13 @@ def test_eval_rows_and_best_checkpoint(tmp_path, fresh_policies):
         "grpo",
         agents=("tiny-b",),
         steps=2,
-        eval={"every": 1, "datasets": ["procedural/subtraction", "procedural/gcd"], "k": 2,
-              "limit": 4, "max_new_tokens": 48},
+        eval={
+            "every": 1,
+            "datasets": ["procedural/subtraction", "procedural/gcd"],
+            "k": 2,
+            "limit": 4,
+            "max_new_tokens": 48,
+        },
     )
     rows = Trainer(config, policies=fresh_policies("tiny-b")).train()
     values = [row["eval/average/pass@1"] for row in rows]

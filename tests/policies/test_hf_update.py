@@ -156,3 +156,31 @@ def test_load_rejects_a_plain_model_and_another_tokenizer(make_policy, model_dir
     other.save(tmp_path / "other")
     with pytest.raises(ValueError, match="different tokenizer"):
         policy.load(tmp_path / "other")
+
+
+def test_gradient_checkpointing_gives_the_same_update(make_policy, model_dirs):
+    loss_fn = algorithms.make("grpo").loss
+    plain = make_policy(model_dirs["llama"])
+    checkpointed = make_policy(model_dirs["llama"], gradient_checkpointing=True)
+    assert getattr(checkpointed.model, "is_activation_checkpointing", None) is True
+    batch = _rollout_batch(plain, seed=3)
+    plain_metrics = plain.update(batch, loss_fn)
+    checkpointed_metrics = checkpointed.update(batch, loss_fn)
+    assert checkpointed_metrics["grad_norm"] == pytest.approx(plain_metrics["grad_norm"], rel=1e-4)
+    for a, b in zip(_parameters(plain), _parameters(checkpointed), strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+    assert not checkpointed.model.training  # back in eval mode after the update
+
+
+def test_bfloat16_weights_sample_score_and_train(make_policy, model_dirs):
+    policy = make_policy(model_dirs["gpt2"], dtype="bfloat16")
+    assert next(policy.model.parameters()).dtype == torch.bfloat16
+    prompt = policy.format_prompt(PROBLEMS[0])
+    [group] = policy.generate([prompt], 2, SamplingParams(max_new_tokens=8, seed=0))
+    for gen, scored in zip(
+        group, policy.score_tokens([prompt] * 2, [g.token_ids for g in group]), strict=True
+    ):
+        assert scored.dtype == np.float32
+        np.testing.assert_allclose(gen.logprobs, scored, atol=0.1, rtol=0)  # bf16 rounding
+    metrics = policy.update(_rollout_batch(policy), algorithms.make("grpo").loss)
+    assert np.isfinite(metrics["loss"]) and metrics["grad_norm"] > 0

@@ -131,3 +131,13 @@ def test_default_pair_meets_the_complementarity_targets(tmp_path):
         assert 0.02 <= model["other_skills_pass_at_1"] <= 0.15, (name, model)
     for row in report["complementarity"].values():
         assert all(share is not None and share >= 0.40 for share in row.values())
+
+
+def test_the_build_is_deterministic(tmp_path):
+    first = build_tiny_pair(tmp_path / "one", seed=0, config=QUICK, workers=0, log=lambda _: None)
+    second = build_tiny_pair(tmp_path / "two", seed=0, config=QUICK, workers=0, log=lambda _: None)
+    for name in first:
+        for filename in ("model.safetensors", "tokenizer.json"):
+            assert (first[name] / filename).read_bytes() == (second[name] / filename).read_bytes()
+    reports = [(paths["tiny-a"].parent / REPORT_FILE).read_text() for paths in (first, second)]
+    assert reports[0] == reports[1]
