@@ -30,7 +30,7 @@ import yaml
 import algorithms
 from algorithms.algorithm import Algorithm
 from algorithms.checkpoint import latest_checkpoint, save_checkpoint
-from algorithms.metrics import MetricsLog, distribution, rollout_metrics
+from algorithms.metrics import MetricsLog, agent_step_metrics
 from algorithms.periodic_eval import PeriodicEvaluator
 from algorithms.rollout import (
     append_groups,
@@ -347,30 +347,18 @@ class Trainer:
         return score
 
     def _step_metrics(self, record: StepRecord, step_infos, stored) -> dict[str, dict[str, float]]:
-        exchange = self.algorithm.last_exchange_stats
-        exchange_summary = exchange.summary()
-        out = {}
-        for name in self.policies:
-            metrics = rollout_metrics(record.rollouts[name], step_infos[name]["status_counts"])
-            metrics.update(record.update_metrics[name])
-            own = metrics.get("loss_fn/own_tokens", 0.0)
-            peer = metrics.get("loss_fn/peer_tokens", 0.0)
-            metrics["clipped_share_own"] = (
-                metrics.get("loss_fn/clipped_own", 0.0) / own if own else 0.0
+        out = {
+            name: agent_step_metrics(
+                name,
+                record.rollouts[name],
+                step_infos[name]["status_counts"],
+                record.update_metrics[name],
+                self.algorithm.last_batch_stats.get(name, {}),
+                self.algorithm.last_exchange_stats,
+                record.timings,
             )
-            metrics["clipped_share_peer"] = (
-                metrics.get("loss_fn/clipped_peer", 0.0) / peer if peer else 0.0
-            )
-            for key, value in self.algorithm.last_batch_stats.get(name, {}).items():
-                metrics[f"batch/{key}"] = float(value)
-            received = [d for (_, r), d in exchange.directions.items() if r == name]
-            metrics.update(distribution("exchange/s", (s for d in received for s in d.scores)))
-            metrics.update(distribution("exchange/w", (w for d in received for w in d.weights)))
-            metrics.update(
-                {k: v for k, v in exchange_summary.items() if f"->{name}/" in k or "->" not in k}
-            )
-            metrics.update({f"time/{phase}": seconds for phase, seconds in record.timings.items()})
-            out[name] = metrics
+            for name in self.policies
+        }
         if stored is not None:
             changed = np.count_nonzero(stored.rewards != record.rollouts[self.peer.agent].rewards)
             for metrics in out.values():

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from algorithms.exchange import ExchangeStats
 from algorithms.types import AgentRollouts
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,38 @@ def distribution(prefix: str, values: Iterable[float]) -> dict[str, float]:
         f"{prefix}/p90": float(q90),
         f"{prefix}/max": float(array.max()),
     }
+
+
+def agent_step_metrics(
+    agent: str,
+    rollouts: AgentRollouts,
+    status_counts: Mapping[str, int],
+    update_metrics: Mapping[str, float],
+    batch_stats: Mapping[str, int],
+    exchange: ExchangeStats,
+    timings: Mapping[str, float],
+) -> dict[str, float]:
+    """Everything logged for one agent and step: rollouts, update, batch, exchange, time.
+
+    Exchange counts are those of the directions this agent receives in (plus
+    strategy-wide extras); s and w are summarised as distributions; clipped-token
+    shares are given separately for the agent's own and its peers' tokens.
+    """
+    metrics = rollout_metrics(rollouts, status_counts)
+    metrics.update(update_metrics)
+    for kind in ("own", "peer"):
+        tokens = metrics.get(f"loss_fn/{kind}_tokens", 0.0)
+        clipped = metrics.get(f"loss_fn/clipped_{kind}", 0.0)
+        metrics[f"clipped_share_{kind}"] = clipped / tokens if tokens else 0.0
+    metrics.update({f"batch/{key}": float(value) for key, value in batch_stats.items()})
+    received = [d for (_, receiver), d in exchange.directions.items() if receiver == agent]
+    metrics.update(distribution("exchange/s", (s for d in received for s in d.scores)))
+    metrics.update(distribution("exchange/w", (w for d in received for w in d.weights)))
+    metrics.update(
+        {k: v for k, v in exchange.summary().items() if f"->{agent}/" in k or "->" not in k}
+    )
+    metrics.update({f"time/{phase}": seconds for phase, seconds in timings.items()})
+    return metrics
 
 
 class MetricsLog:

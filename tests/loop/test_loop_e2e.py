@@ -47,6 +47,18 @@ def test_every_entry_updates_its_policies(name, tmp_path, fresh_policies):
         assert changed(before[agent], policy), f"{name}: {agent} did not change"
     for row in rows:
         assert np.isfinite(row["loss"]) and row["tokens"] > 0
+        for key in (
+            "all_fail_share",
+            "clipped_share_own",
+            "clipped_share_peer",
+            "exchange/w/count",
+            "time/rollout",
+            "time/update",
+            "entropy",
+            "grad_norm",
+        ):
+            assert key in row, f"{name}: metrics row lacks {key}"
+        assert 0.0 <= row["all_fail_share"] <= 1.0
 
 
 @pytest.mark.parametrize("name", ["graft", "graft-no-compat"])
