@@ -8,14 +8,12 @@ MATH500 prompt (1,024 positions).
 
 from __future__ import annotations
 
-import os
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from graft_env.data import Problem
 from graft_env.policies import Generation, HFPolicy, HFPolicyOptions, SamplingParams
@@ -23,7 +21,6 @@ from graft_env.policies.tiny_models import TinyShape, build_model
 from graft_env.policies.tiny_tokenizer import CHATML_STYLE, train_tokenizer
 from graft_env.rewards import VerifierPool, default_pool
 
-DEFAULT_DATA_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 CORPUS = [
     f"What is {a} + {b}? {a} + {b} = {a + b}. The answer is \\boxed{{{a + b}}}."
     for a in range(0, 60, 3)
@@ -96,26 +93,9 @@ def handmade_problems(prefix: str, answers: Sequence[str]) -> list[Problem]:
 
 
 @pytest.fixture(scope="session")
-def data_dir() -> Path:
-    path = Path(os.environ.get("GRAFT_DATA_DIR") or DEFAULT_DATA_DIR)
-    if not path.is_dir():
-        pytest.fail(f"benchmark data not found at {path}; set GRAFT_DATA_DIR to its folder")
-    return path
-
-
-@pytest.fixture(scope="session")
 def verifier() -> VerifierPool:
     """The process-wide pool: `graft eval` uses it too, so the tests start workers once."""
     return default_pool()
-
-
-@pytest.fixture(scope="session", autouse=True)
-def one_torch_thread() -> Iterator[None]:
-    """Tiny models run much faster on one thread when the 2 cores are shared."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import torch
 
 from graft_env.policies import HFPolicy, HFPolicyOptions
 
@@ -26,14 +25,6 @@ def tiny_pair_paths() -> dict[str, Path]:
     from graft_env.policies.tiny import build_tiny_pair
 
     return build_tiny_pair(None, 0)
-
-
-@pytest.fixture(scope="session", autouse=True)
-def one_torch_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture

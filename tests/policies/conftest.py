@@ -6,11 +6,10 @@ saved to a temporary directory and loaded through the real HFPolicy path.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import torch
 
 from graft_env.policies.hf import HFPolicy, HFPolicyOptions
 from graft_env.policies.tiny_models import TinyShape, build_model
@@ -32,15 +31,6 @@ def _write_model(directory: Path, architecture: str, style, seed: int) -> Path:
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return directory
-
-
-@pytest.fixture(scope="session", autouse=True)
-def one_torch_thread() -> Iterator[None]:
-    """Tiny models run ~8x faster on one thread when the 2 cores are shared (no spin-waits)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")
