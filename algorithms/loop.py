@@ -42,6 +42,7 @@ from algorithms.rollout import (
 from algorithms.run_config import ConfigError, TrainConfig, parse_yaml
 from algorithms.store import StoreError, TrajectoryStore
 from algorithms.types import AgentRollouts, ScoredText, TrainBatch, TransferredGroup
+from algorithms.wandb_sink import WandbSink
 from graft_env.envs import MultiAgentMathEnv, prompt_batch_indices
 from graft_env.policies import Policy, SamplingParams, load_policy
 
@@ -186,7 +187,8 @@ class Trainer:
             config_path.write_text(yaml.safe_dump(ours, sort_keys=False))
         if self.store is not None:
             self.store.write_meta(self._stream_meta())
-        self.metrics = MetricsLog(self.run_dir, tensorboard=self.config.tensorboard)
+        sink = WandbSink(self.config.wandb, self.run_dir, ours) if self.config.wandb else None
+        self.metrics = MetricsLog(self.run_dir, tensorboard=self.config.tensorboard, wandb=sink)
         found = latest_checkpoint(self.run_dir / "checkpoints") if resume else None
         if found is not None:
             path, state = found

@@ -2,7 +2,8 @@
 
 `MetricsLog` appends one JSON object per (step, agent) to ``metrics.jsonl`` and,
 when the `tensorboard` package is importable, mirrors every number to TensorBoard
-event files under ``tensorboard/``. On resume the JSONL is cut back to the steps
+event files under ``tensorboard/`` (and to wandb when the run config asks for it,
+see `algorithms.wandb_sink`). On resume the JSONL is cut back to the steps
 before the checkpoint, so a resumed run's log equals an uninterrupted one's.
 """
 
@@ -19,6 +20,7 @@ import numpy as np
 
 from algorithms.exchange import ExchangeStats
 from algorithms.types import AgentRollouts
+from algorithms.wandb_sink import WandbSink
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +93,10 @@ def agent_step_metrics(
 class MetricsLog:
     """Append-only metrics for one run directory."""
 
-    def __init__(self, run_dir: str | os.PathLike, tensorboard: bool = True) -> None:
+    def __init__(
+        self, run_dir: str | os.PathLike, tensorboard: bool = True, wandb: WandbSink | None = None
+    ) -> None:
+        self.wandb = wandb
         self.path = Path(run_dir) / "metrics.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._tb = None
@@ -124,6 +129,8 @@ class MetricsLog:
             for key, value in metrics.items():
                 if isinstance(value, int | float) and not isinstance(value, bool):
                     self._tb.add_scalar(f"{agent}/{key}", value, step)
+        if self.wandb is not None:
+            self.wandb.log(step, agent, metrics)
 
     def rows(self) -> list[dict[str, Any]]:
         if not self.path.exists():
@@ -133,3 +140,5 @@ class MetricsLog:
     def close(self) -> None:
         if self._tb is not None:
             self._tb.close()
+        if self.wandb is not None:
+            self.wandb.close()

@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from algorithms.periodic_eval import EvalSpec
+from algorithms.wandb_sink import WandbSpec
 
 
 class _Loader(yaml.SafeLoader):
@@ -117,6 +118,9 @@ class TrainConfig:
         default=3, metadata={"help": "dynamic sampling: extra prompt batches drawn per step"}
     )
     tensorboard: bool = True
+    wandb: WandbSpec | None = field(
+        default=None, metadata={"help": "wandb project/mode/...; absent: no wandb"}
+    )
     progress: bool = True
     backend: str = field(
         default="local",
@@ -209,6 +213,7 @@ _NESTED: dict[tuple[type, str], type] = {
     (TrainConfig, "sampling"): SamplingSpec,
     (TrainConfig, "stored_peer"): StoredPeerSpec,
     (TrainConfig, "eval"): EvalSpec,
+    (TrainConfig, "wandb"): WandbSpec,
 }
 
 

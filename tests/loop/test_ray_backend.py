@@ -16,14 +16,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import ray
 from loop_helpers import small_config
 
-ray = pytest.importorskip("ray")
-
-import algorithms  # noqa: E402
-from algorithms.loop import Trainer  # noqa: E402
-from algorithms.ray.options import check_agent_devices  # noqa: E402
-from algorithms.ray_backend import (  # noqa: E402
+import algorithms
+from algorithms.loop import Trainer
+from algorithms.ray.options import check_agent_devices
+from algorithms.ray_backend import (
     AgentFailure,
     ClusterError,
     RayPolicy,
@@ -31,8 +30,8 @@ from algorithms.ray_backend import (  # noqa: E402
     make_ray_policies,
     parse_ray_options,
 )
-from algorithms.run_config import AgentSpec, ConfigError, load_config  # noqa: E402
-from graft_env.policies import Policy, SamplingParams  # noqa: E402
+from algorithms.run_config import AgentSpec, ConfigError, load_config
+from graft_env.policies import Policy, SamplingParams
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER = {"num_cpus": 2, "placement_timeout_s": 60}
