@@ -16,6 +16,7 @@ import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from graft_env.data import Problem, load
 from graft_env.data.procedural import SKILLS
@@ -34,6 +35,10 @@ class EvalSpec:
     top_p: float = 0.95
     max_new_tokens: int = 512
     seed: int = 0
+    procedural: Mapping[str, Any] = field(
+        default_factory=dict,
+        metadata={"help": "options of procedural/<skill> sets, e.g. {difficulty: 1}"},
+    )
     metric: str = field(
         default="average/pass@1", metadata={"help": "summary key that picks the best checkpoint"}
     )
@@ -47,16 +52,21 @@ class EvalSpec:
 
 
 def eval_sets(
-    names: Sequence[str], data_dir: str | os.PathLike | None, limit: int | None
+    names: Sequence[str],
+    data_dir: str | os.PathLike | None,
+    limit: int | None,
+    procedural: Mapping[str, Any] | None = None,
 ) -> dict[str, list[Problem]]:
-    """Problems per named set; `procedural/<skill>` is that skill's held-out test set."""
+    """Problems per named set; `procedural/<skill>` is that skill's held-out test set,
+    generated with the `procedural` options (difficulty, seed)."""
     sets = {}
     for name in names:
         if name.startswith("procedural/"):
             skill = name.split("/", 1)[1]
             if skill not in SKILLS:
                 raise ValueError(f"eval.datasets: unknown procedural skill {skill!r}; {SKILLS}")
-            sets[name] = load("procedural", "test", skills=[skill], size=limit or 100)
+            options = {"size": limit or 100, **(procedural or {})}
+            sets[name] = load("procedural", "test", skills=[skill], **options)
         else:
             problems = load(name, data_dir=data_dir)
             sets[name] = problems[:limit] if limit else problems
@@ -69,7 +79,9 @@ class PeriodicEvaluator:
     def __init__(self, spec: EvalSpec, run_dir: Path, data_dir: str | None) -> None:
         self.spec = spec
         self.best_dir = run_dir / "best"
-        self.sets = eval_sets(spec.datasets, data_dir, spec.limit) if spec.every else {}
+        self.sets = (
+            eval_sets(spec.datasets, data_dir, spec.limit, spec.procedural) if spec.every else {}
+        )
 
     def due(self, completed_steps: int, total_steps: int) -> bool:
         every = self.spec.every

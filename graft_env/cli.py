@@ -45,10 +45,11 @@ def build_parser() -> argparse.ArgumentParser:
     show.set_defaults(func=_cmd_data_show)
 
     from algorithms import train_command
-    from benchmarks import eval_command
+    from benchmarks import compare_command, eval_command
 
     train_command.add_parser(commands)
     eval_command.add_parser(commands)
+    compare_command.add_parser(commands)
     return parser
 
 

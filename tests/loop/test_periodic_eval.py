@@ -36,3 +36,10 @@ def test_eval_rows_and_best_checkpoint(tmp_path, fresh_policies):
 def test_unknown_eval_sets_are_named():
     with pytest.raises(ValueError, match="unknown procedural skill 'division'"):
         eval_sets(["procedural/division"], None, 4)
+
+
+def test_procedural_options_reach_the_eval_sets():
+    sets = eval_sets(["procedural/gcd"], None, 6, {"difficulty": 2})
+    assert len(sets["procedural/gcd"]) == 6
+    assert {p.extra["difficulty"] for p in sets["procedural/gcd"]} == {2}
+    assert all(p.id.startswith("procedural/test/gcd/") for p in sets["procedural/gcd"])

@@ -1,0 +1,263 @@
+"""`graft compare`: every cell of a grid through the one training loop, then the harness.
+
+For each cell (see `benchmarks.compare_cells`): `algorithms.loop.Trainer(config).train()`
+(which resumes an interrupted run from its own checkpoints), then `benchmarks.evaluate`
+on each updated model's best or final checkpoint. The cell's ``result.json`` records the
+config and its hash, the seed, package versions and git commit (`report.run_provenance`),
+timings, every evaluation result (with per-problem success counts), the learning curves,
+and each training step's per-prompt success counts k, from which the report computes the
+complementarity curve and the rollouts generated up to the evaluated checkpoint.
+
+    grid = load_grid("configs/compare_tiny.yaml")
+    results = run_grid(grid, "runs/compare/tiny")
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from collections import defaultdict
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pyarrow.dataset as ds
+import torch
+from rich.console import Console
+
+from algorithms.checkpoint import latest_checkpoint
+from algorithms.periodic_eval import eval_sets
+from benchmarks.compare_cells import (
+    RESULT_FILE,
+    STARTED_FILE,
+    Cell,
+    changed_cells,
+    plan_cells,
+    read_result,
+    remove_cell,
+)
+from benchmarks.compare_grid import GridError, GridSpec
+from benchmarks.report import run_provenance
+from graft_env.data import Problem
+
+EVAL_METRIC = "eval/average/pass@1"
+
+
+def eval_problems(grid: GridSpec, limit: int | None) -> dict[str, list[Problem]]:
+    """The grid's evaluation sets, first `limit` problems each (`procedural/<skill>`:
+    the skill's held-out test split with the grid's procedural options)."""
+    data_dir = (grid.base.get("env") or {}).get("data_dir")
+    return eval_sets(grid.eval.sets, data_dir, limit, grid.eval.procedural)
+
+
+def _write_json(path: Path, data: Mapping[str, Any]) -> None:
+    """Write atomically: a result file that exists is complete."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    os.replace(tmp, path)
+
+
+def _train_counts(run_dir: Path, agents: tuple[str, ...]) -> dict[str, list[dict[str, Any]]]:
+    """Per agent and step: prompt ids and success counts k, from the trajectory store."""
+    root = run_dir / "trajectories"
+    if not root.is_dir():
+        return {agent: [] for agent in agents}
+    table = ds.dataset(root, format="parquet").to_table(
+        columns=["agent", "step", "prompt_index", "prompt_id", "reward"]
+    )
+    counts: dict[tuple[str, int], dict[int, list]] = defaultdict(dict)
+    for agent, step, index, prompt_id, reward in zip(*table.to_pydict().values(), strict=True):
+        group = counts[(agent, step)].setdefault(index, [prompt_id, 0, 0])
+        group[1] += int(reward == 1.0)
+        group[2] += 1
+    out: dict[str, list[dict[str, Any]]] = {agent: [] for agent in agents}
+    for (agent, step), groups in sorted(counts.items()):
+        ordered = [groups[i] for i in sorted(groups)]
+        out[agent].append(
+            {
+                "step": step,
+                "prompt_ids": [g[0] for g in ordered],
+                "k": [g[1] for g in ordered],
+                "rollouts": sum(g[2] for g in ordered),
+            }
+        )
+    return out
+
+
+def run_summary(cell: Cell, checkpoint: str) -> dict[str, dict[str, Any]]:
+    """Per agent of a finished run: the checkpoint to evaluate (best or final) and what the
+    run directory says about it: learning curves, per-step k, rollouts and seconds to it."""
+    run_dir = Path(cell.config.run_dir)
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    counts = _train_counts(run_dir, cell.agents)
+    final = latest_checkpoint(run_dir / "checkpoints")
+    if final is None or final[1]["step"] != cell.config.steps:
+        raise GridError(f"cell {cell.cell_id}: no intact final checkpoint in {run_dir}")
+    out = {}
+    for agent in cell.agents:
+        mine = [row for row in rows if row["agent"] == agent]
+        best_file = run_dir / "best" / agent / "best.json"
+        best = json.loads(best_file.read_text()) if best_file.is_file() else None
+        if checkpoint == "best":
+            path, completed = best_file.parent, best["step"] + 1
+        else:
+            path, completed = final[0] / agent, cell.config.steps
+        # every agent's row of a step carries that step's (shared) phase timings
+        phases = [
+            seconds
+            for row in mine
+            if row["step"] < completed
+            for key, seconds in row.items()
+            if key.startswith("time/") and key != "time/eval"
+        ]
+        rollouts = [c["rollouts"] for c in counts[agent] if c["step"] < completed]
+        evals = [row for row in mine if EVAL_METRIC in row]
+        out[agent] = {
+            "checkpoint": str(path),
+            "checkpoint_steps": completed,
+            "best": best,
+            "train_seconds_to_checkpoint": sum(phases),  # phases are per step, shared
+            "rollouts_to_checkpoint": sum(rollouts) if counts[agent] else None,
+            "curves": {
+                # reward of step t's rollouts: the policy after t updates
+                "step": [row["step"] for row in mine],
+                "reward_mean": [row["reward_mean"] for row in mine],
+                # evaluation after step t: the policy after t + 1 updates
+                "eval_step": [row["step"] + 1 for row in evals],
+                "eval_average": [row[EVAL_METRIC] for row in evals],
+            },
+            "train_counts": counts[agent],
+        }
+    return out
+
+
+def run_cell(
+    cell: Cell,
+    grid: GridSpec,
+    final_sets: Mapping[str, list[Problem]],
+) -> dict[str, Any]:
+    """Train (or resume) one cell, evaluate its models, write and return its result."""
+    from algorithms.loop import Trainer
+    from benchmarks.eval_command import write_outputs
+    from benchmarks.evaluate import evaluate
+    from graft_env.policies import load_policy
+
+    provenance = run_provenance()
+    started = time.perf_counter()
+    cell.directory.mkdir(parents=True, exist_ok=True)
+    _write_json(
+        cell.directory / STARTED_FILE, {"cell": cell.cell_id, "config_hash": cell.config_hash}
+    )
+    runs: dict[str, dict[str, Any]] = {}
+    resumed_at = None
+    if cell.config is not None:
+        found = latest_checkpoint(Path(cell.config.run_dir) / "checkpoints")
+        resumed_at = int(found[1]["step"]) if found else 0
+        Trainer(cell.config).train()
+        runs = run_summary(cell, grid.eval.checkpoint)
+    train_seconds = time.perf_counter() - started
+    plan = grid.eval
+    models = {}
+    for agent, model in cell.models.items():
+        path = runs[agent]["checkpoint"] if runs else model
+        policy = load_policy(path, **cell.agent_options[agent])
+        result = evaluate(
+            policy,
+            final_sets,
+            k=plan.k,
+            temperature=plan.temperature,
+            top_p=plan.top_p,
+            max_new_tokens=plan.max_new_tokens,
+            repeats=plan.repeats,
+            seed=plan.seed,
+            batch_size=plan.batch_size,
+        )
+        write_outputs(result, cell.directory / "eval" / agent)
+        models[agent] = {"model": model, **runs.get(agent, {}), "eval": result.to_dict()}
+    result = {
+        "cell": cell.cell_id,
+        "config_hash": cell.config_hash,
+        "label": cell.label,
+        "algorithm": cell.algorithm,
+        "pair": list(cell.pair.agents),
+        "own_skills": {a: list(s) for a, s in cell.pair.own_skills.items()},
+        "seed": cell.seed,
+        "stored_peer_cell": cell.stored_peer_cell,
+        "config": None if cell.config is None else cell.config.to_dict(),
+        "agent_options": cell.agent_options,
+        "eval_plan": dataclasses.asdict(grid.eval),
+        "provenance": provenance,
+        "timings": {  # of this invocation; a resumed run trained from step `resumed_at`
+            "resumed_at": resumed_at,
+            "train_seconds": train_seconds,
+            "eval_seconds": time.perf_counter() - started - train_seconds,
+            "cell_seconds": time.perf_counter() - started,
+        },
+        "models": models,
+    }
+    _write_json(cell.directory / RESULT_FILE, result)
+    return result
+
+
+def _headline(result: Mapping[str, Any]) -> str:
+    parts = []
+    for agent, model in result["models"].items():
+        average = model["eval"]["average"]["pass@1"]
+        parts.append(f"{agent} pass@1 {100 * average:.1f}%")
+    return ", ".join(parts)
+
+
+def finished_results(grid: GridSpec, out_dir: str | Path) -> list[dict[str, Any]]:
+    """The results of the grid's finished cells (for reports on a partly run grid)."""
+    results = [read_result(cell) for cell in plan_cells(grid, out_dir)]
+    found = [result for result in results if result is not None]
+    if not found:
+        raise GridError(f"no finished cells of grid {grid.name!r} under {out_dir}")
+    return found
+
+
+def run_grid(
+    grid: GridSpec,
+    out_dir: str | Path,
+    *,
+    redo_changed: bool = False,
+    console: Console | None = None,
+) -> list[dict[str, Any]]:
+    """Run every unfinished cell of `grid` under `out_dir`; returns every cell's result.
+
+    Cells whose directory holds a run of another config stop the grid with a GridError
+    listing them, unless `redo_changed` (then they are deleted and run again).
+    """
+    console = console or Console(stderr=True)
+    cells = plan_cells(grid, out_dir)
+    stale = changed_cells(cells)
+    if stale and not redo_changed:
+        names = ", ".join(cell.cell_id for cell in stale)
+        raise GridError(f"cells run with another config: {names}; use --redo-changed")
+    for cell in stale:
+        remove_cell(cell)
+    threads = torch.get_num_threads()
+    if grid.threads:
+        torch.set_num_threads(grid.threads)
+    final_sets = None
+    results = []
+    try:
+        for number, cell in enumerate(cells, 1):
+            where = f"[{number}/{len(cells)}] {cell.cell_id}"
+            found = read_result(cell)
+            if found is not None:
+                console.print(f"{where}: finished earlier, skipped ({_headline(found)})")
+                results.append(found)
+                continue
+            if final_sets is None:
+                final_sets = eval_problems(grid, grid.eval.limit)
+            console.rule(f"{where}: {'training' if cell.config else 'evaluating'}")
+            result = run_cell(cell, grid, final_sets)
+            seconds = result["timings"]["cell_seconds"]
+            console.print(f"{where}: done in {seconds:.0f} s ({_headline(result)})")
+            results.append(result)
+    finally:
+        torch.set_num_threads(threads)
+    return results

@@ -1,0 +1,230 @@
+"""The cells of a comparison grid: which runs there are, their configs, and their state on disk.
+
+A cell is one training run: an algorithm x a model (single-agent algorithms such as GRPO
+train each model of a pair alone) or the whole pair (exchange algorithms) x a seed; plus,
+with `include_base`, one evaluation-only cell per untrained model. A cell lives in
+``<out>/cells/<label>/<agents>[/seed<k>]/`` with the Trainer's run directory in ``run/``.
+
+Each cell has a config hash over its run config, the evaluation plan and the model files
+its names resolve to (the tiny pair's cache key), so a finished result is reused only for
+exactly the same experiment: rebuilding the tiny pair with other skills, or changing the
+learning rate, makes the old result stale, and `read_result` says so instead of reusing it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import shutil
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from algorithms.run_config import TrainConfig, config_from_dict
+from benchmarks.compare_grid import (
+    AlgorithmEntry,
+    GridError,
+    GridSpec,
+    PairSpec,
+    agent_name,
+    deep_merge,
+    slug,
+)
+from graft_env.policies.zoo import REAL_NAMES, TINY_NAMES
+
+RESULT_FILE = "result.json"
+STARTED_FILE = "cell.json"
+BASE_LABEL = "base"
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One run of the grid; `config` is None for a base-model (evaluation-only) cell."""
+
+    cell_id: str
+    directory: Path
+    label: str
+    algorithm: str | None
+    pair: PairSpec
+    models: Mapping[str, str]  # agent name -> model name or path, for the agents it trains
+    agent_options: Mapping[str, Mapping[str, Any]]
+    seed: int | None
+    config: TrainConfig | None
+    stored_peer_cell: str | None
+    config_hash: str
+
+    @property
+    def agents(self) -> tuple[str, ...]:
+        return tuple(self.models)
+
+
+def model_identity(model: str, options: Mapping[str, Any]) -> str:
+    """What a model name loads: the tiny pair's build (cache key), or the resolved path."""
+    if model in TINY_NAMES:
+        from graft_env.policies.tiny_config import TinyPairConfig, cache_key
+
+        key = cache_key(TinyPairConfig(), int(options.get("tiny_seed", 0)))
+        return f"tiny-pair-{key}/{model}"
+    if model in REAL_NAMES:
+        return model
+    return str(Path(model).resolve())
+
+
+def _agent_options(grid: GridSpec, pair: PairSpec, model: str) -> dict[str, Any]:
+    """The base config's agent options for this model, updated by the pair's own."""
+    base = {a.get("model"): a.get("options") or {} for a in grid.base.get("agents") or []}
+    return {**base.get(model, {}), **pair.options.get(model, {})}
+
+
+def _periodic_eval(grid: GridSpec) -> dict[str, Any]:
+    """The run config's `eval` section: the grid's sets, smaller, every m steps."""
+    if grid.periodic is None:
+        return {"every": 0}
+    plan = grid.eval
+    return {
+        "every": grid.periodic.every,
+        "datasets": list(plan.sets),
+        "procedural": dict(plan.procedural),
+        "k": grid.periodic.k,
+        "limit": grid.periodic.limit,
+        "temperature": plan.temperature,
+        "top_p": plan.top_p,
+        "max_new_tokens": plan.max_new_tokens,
+        "seed": plan.seed,
+    }
+
+
+def _train_config(
+    grid: GridSpec,
+    entry: AlgorithmEntry,
+    agents: Mapping[str, str],
+    options: Mapping[str, Mapping[str, Any]],
+    seed: int,
+    directory: Path,
+    peer: Mapping[str, str] | None,
+) -> TrainConfig:
+    changes = {
+        "algorithm": entry.name,
+        "algorithm_options": dict(entry.options),
+        "seed": seed,
+        "run_dir": str(directory / "run"),
+        "eval": _periodic_eval(grid),
+    }
+    data = deep_merge(grid.base, changes)
+    data["agents"] = [{"name": a, "model": m, "options": options[a]} for a, m in agents.items()]
+    data["stored_peer"] = None if peer is None else dict(peer)
+    return config_from_dict(data)
+
+
+def make_cell(
+    grid: GridSpec,
+    out_dir: Path,
+    entry: AlgorithmEntry | None,
+    pair: PairSpec,
+    models: Sequence[str],
+    seed: int | None,
+    source: Cell | None = None,
+) -> Cell:
+    """One cell; `source` is the cell whose trajectory store a stored-peer run replays."""
+    agents = {agent_name(m): m for m in models}
+    label = entry.label if entry else BASE_LABEL
+    cell_id = f"{slug(label)}/{'+'.join(agents)}" + ("" if seed is None else f"/seed{seed}")
+    directory = out_dir / "cells" / cell_id
+    options = {a: _agent_options(grid, pair, m) for a, m in agents.items()}
+    train = None
+    config = None
+    if entry is not None:
+        peer = None
+        if source is not None:
+            partner = next(a for a in pair.agents if a not in agents)
+            peer = {"run_dir": str(source.directory / "run"), "agent": partner}
+        try:
+            config = _train_config(grid, entry, agents, options, seed, directory, peer)
+        except ValueError as error:
+            raise GridError(f"cell {cell_id}: {error}") from None
+        paths = ("run_dir", "stored_peer")  # where, not what: moving --out keeps the hash
+        train = {k: v for k, v in config.to_dict().items() if k not in paths}
+    payload = {
+        "train": train,
+        "stored_peer": [source.cell_id, source.config_hash] if source else None,
+        "eval": dataclasses.asdict(grid.eval),
+        "models": {a: model_identity(m, options[a]) for a, m in agents.items()},
+        "options": options,
+    }
+    digest = hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode())
+    return Cell(
+        cell_id=cell_id,
+        directory=directory,
+        label=label,
+        algorithm=entry.name if entry else None,
+        pair=pair,
+        models=agents,
+        agent_options=options,
+        seed=seed,
+        config=config,
+        stored_peer_cell=source.cell_id if source else None,
+        config_hash=digest.hexdigest()[:16],
+    )
+
+
+def plan_cells(grid: GridSpec, out_dir: str | Path) -> list[Cell]:
+    """Every cell: base evaluations first, then seed by seed, so an interrupted grid is a
+    complete table for its first seeds. Within a seed, stored-peer runs come after the
+    runs whose stores they read."""
+    out_dir = Path(out_dir).resolve()  # result files name checkpoints readable from anywhere
+    cells: list[Cell] = []
+    if grid.include_base:
+        done: set[str] = set()
+        for pair in grid.pairs:
+            for model in pair.models:
+                if agent_name(model) not in done:
+                    done.add(agent_name(model))
+                    cells.append(make_cell(grid, out_dir, None, pair, [model], None))
+    ordered = sorted(grid.algorithms, key=lambda entry: entry.stored_peer_from is not None)
+    for seed in grid.seeds:
+        trained: dict[tuple[str, str, str], Cell] = {}  # (label, pair, agent) -> its cell
+        for entry in ordered:
+            for pair in grid.pairs:
+                groups = [[m] for m in pair.models] if entry.single_agent else [pair.models]
+                for models in groups:
+                    source = None
+                    if entry.stored_peer_from is not None:
+                        partner = next(a for a in pair.agents if a != agent_name(models[0]))
+                        source = trained[(entry.stored_peer_from, pair.pair_id, partner)]
+                    cell = make_cell(grid, out_dir, entry, pair, models, seed, source)
+                    cells.append(cell)
+                    trained.update({(entry.label, pair.pair_id, a): cell for a in cell.agents})
+    return cells
+
+
+def read_result(cell: Cell) -> dict[str, Any] | None:
+    """The cell's finished result, or None; a GridError if its directory holds another config."""
+    for name in (RESULT_FILE, STARTED_FILE):
+        path = cell.directory / name
+        if path.is_file():
+            found = json.loads(path.read_text()).get("config_hash")
+            if found != cell.config_hash:
+                raise GridError(
+                    f"cell {cell.cell_id}: {path} was written for another config (hash "
+                    f"{found}, now {cell.config_hash}); use another --out or --redo-changed"
+                )
+    path = cell.directory / RESULT_FILE
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def changed_cells(cells: Sequence[Cell]) -> list[Cell]:
+    """The cells whose directory holds a run of another config."""
+    changed = []
+    for cell in cells:
+        try:
+            read_result(cell)
+        except GridError:
+            changed.append(cell)
+    return changed
+
+
+def remove_cell(cell: Cell) -> None:
+    """Delete a cell's directory (used by --redo-changed for stale cells only)."""
+    shutil.rmtree(cell.directory)

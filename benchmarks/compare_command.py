@@ -1,0 +1,69 @@
+"""`graft compare`: run a comparison grid (algorithms x model pairs x seeds) and report it.
+
+Writes, under --out: ``cells/.../`` (each cell's run directory, evaluation reports and
+``result.json``), ``table.md`` / ``table.csv`` / ``table.json`` (the paper-style table and
+the compute table), ``compute.csv``, ``curves.json`` and the PNG plots. Run it again to
+resume: finished cells are skipped, an interrupted one resumes from its checkpoints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+DEFAULT_GRID = Path(__file__).resolve().parents[1] / "configs" / "compare_tiny.yaml"
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "compare",
+        help="train and evaluate a grid of algorithms x model pairs x seeds",
+        description="Run every cell of a comparison grid through the training loop, evaluate "
+        "each updated model, and write the paper-style table, the compute table and the "
+        "learning and complementarity curves. Finished cells are skipped on a rerun.",
+    )
+    parser.add_argument(
+        "--config", default=str(DEFAULT_GRID), help=f"grid YAML (default: {DEFAULT_GRID})"
+    )
+    parser.add_argument(
+        "--out", default=None, help="output directory (default: runs/compare/<grid name>)"
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a grid field, e.g. --set seeds=[0] --set train.steps=4",
+    )
+    parser.add_argument(
+        "--redo-changed",
+        action="store_true",
+        help="delete and rerun cells whose directory holds a run of another config",
+    )
+    parser.add_argument(
+        "--report-only", action="store_true", help="only rebuild the reports from finished cells"
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from benchmarks.compare import finished_results, run_grid
+    from benchmarks.compare_grid import load_grid
+    from benchmarks.compare_plots import write_plots
+    from benchmarks.compare_report import cell_records, write_reports
+
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    grid = load_grid(args.config, args.overrides)
+    out_dir = Path(args.out) if args.out else Path("runs") / "compare" / grid.name
+    if args.report_only:
+        results = finished_results(grid, out_dir)
+    else:
+        results = run_grid(grid, out_dir, redo_changed=args.redo_changed)
+    labels = [entry.label for entry in grid.algorithms]
+    paths = write_reports(results, out_dir, grid.baseline, labels)
+    paths += write_plots(cell_records(results), out_dir)
+    print(paths[0].read_text())
+    print("written: " + ", ".join(str(path) for path in paths))
+    return 0

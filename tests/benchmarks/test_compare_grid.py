@@ -1,0 +1,148 @@
+"""Grid files of `graft compare`: validation names the field; cells are planned as documented."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from benchmarks.compare_cells import plan_cells
+from benchmarks.compare_grid import GridError, grid_from_dict, load_grid
+
+REPO = Path(__file__).resolve().parents[2]
+BASE = {
+    "agents": [
+        {"name": "tiny-a", "model": "tiny-a", "options": {"lr": 1e-4}},
+        {"name": "tiny-b", "model": "tiny-b", "options": {"lr": 1e-4}},
+    ],
+    "algorithm_options": {"n": 4},
+    "env": {"dataset": "procedural", "dataset_options": {"size": 20, "difficulty": 1}},
+    "steps": 2,
+}
+GRID = {
+    "base": BASE,
+    "algorithms": [
+        {"name": "grpo", "label": "GRPO n=4"},
+        {"name": "graft", "label": "GRAFT"},
+        {"name": "graft-stored", "label": "stored", "stored_peer_from": "GRPO n=4"},
+    ],
+    "pairs": [{"models": ["tiny-a", "tiny-b"], "options": {"tiny-b": {"lr": 3e-4}}}],
+    "seeds": [0, 1],
+    "eval": {"sets": ["procedural/addition", "math500"], "limit": 4, "k": 2},
+}
+
+
+def changed(path: str, value) -> dict:
+    """GRID with the value at a dotted path (list indices as numbers) replaced."""
+    data = copy.deepcopy(GRID)
+    *parents, last = path.split(".")
+    node = data
+    for part in parents:
+        node = node[int(part)] if isinstance(node, list) else node[part]
+    node[int(last) if isinstance(node, list) else last] = value
+    return data
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        ("algorithms.0.name", "grpoo", r"algorithms\.0: unknown algorithm 'grpoo'"),
+        ("algorithms.1.options", {"dleta": 0.5}, r"algorithms\.1: unknown option\(s\) \['dleta'\]"),
+        ("algorithms.1.label", "GRPO n=4", r"algorithms\.1\.label: 'GRPO n=4' is used twice"),
+        ("algorithms.2.stored_peer_from", None, r"algorithms\.2: 'graft-stored' replays"),
+        ("algorithms.2.stored_peer_from", "stored", r"algorithms\.2\.stored_peer_from: 'stored'"),
+        ("pairs.0.models", ["tiny-a"], r"pairs\.0\.models: expected two model names"),
+        ("pairs.0.options", {"tiny-c": {}}, r"pairs\.0\.options: unknown key\(s\) \['tiny-c'\]"),
+        ("seeds", [0, 0], r"seeds: a seed is listed twice"),
+        ("seeds", [-1], r"seeds\.0: expected an integer >= 0"),
+        ("eval.sets", ["procedural/algebra"], r"eval\.sets\.0: unknown set 'procedural/algebra'"),
+        ("eval.sets", ["math5000"], r"eval\.sets\.0: unknown set 'math5000'"),
+        ("eval.k", 0, r"eval\.k: expected an integer >= 1, got 0"),
+        ("eval.top_p", 1.5, r"eval\.top_p: expected a number in"),
+        ("eval.checkpoint", "best", r"eval\.checkpoint: 'best' needs periodic_eval"),
+        ("eval.procedural", {"level": 1}, r"eval\.procedural: unknown key\(s\) \['level'\]"),
+        ("baseline", "GRPO n=16", r"baseline: 'GRPO n=16' is not an algorithm label"),
+        ("base", "missing.yaml", r"base: run config .*missing\.yaml does not exist"),
+        ("seed", 3, r"grid: unknown key\(s\) \['seed'\]"),
+    ],
+)
+def test_invalid_grids_name_the_field(path, value, message):
+    with pytest.raises(GridError, match=message):
+        grid_from_dict(changed(path, value))
+
+
+def test_cells_are_planned_per_model_or_per_pair_and_stored_runs_read_their_source(tmp_path):
+    grid = grid_from_dict(GRID)
+    cells = plan_cells(grid, tmp_path)
+    ids = [cell.cell_id for cell in cells]
+    per_seed = ["grpo-n-4/tiny-a", "grpo-n-4/tiny-b", "graft/tiny-a+tiny-b"]
+    per_seed += ["stored/tiny-a", "stored/tiny-b"]
+    assert ids == ["base/tiny-a", "base/tiny-b"] + [
+        f"{cell}/seed{seed}" for seed in (0, 1) for cell in per_seed
+    ]
+    by_id = {cell.cell_id: cell for cell in cells}
+    stored = by_id["stored/tiny-a/seed1"].config
+    assert stored.stored_peer.agent == "tiny-b"
+    assert stored.stored_peer.run_dir == str(by_id["grpo-n-4/tiny-b/seed1"].directory / "run")
+    graft = by_id["graft/tiny-a+tiny-b/seed0"].config
+    # agent options: the base config's for the model, then the pair's own
+    assert [dict(a.options) for a in graft.agents] == [{"lr": 1e-4}, {"lr": 3e-4}]
+    assert graft.algorithm == "graft" and graft.seed == 0 and graft.eval.every == 0
+    assert Path(graft.run_dir) == tmp_path / "cells" / "graft" / "tiny-a+tiny-b" / "seed0" / "run"
+    assert by_id["base/tiny-a"].config is None
+    assert by_id["base/tiny-a"].pair.own_skills["tiny-a"] == (
+        "addition",
+        "multiplication",
+        "linear_equation",
+    )
+
+
+def test_the_config_hash_follows_the_experiment_not_the_output_folder(tmp_path):
+    def hashes(data, out):
+        return {c.cell_id: c.config_hash for c in plan_cells(grid_from_dict(data), out)}
+
+    before = hashes(GRID, tmp_path / "one")
+    assert before == hashes(GRID, tmp_path / "two")
+    options = {"tiny-a": {"lr": 1e-3}, "tiny-b": {"lr": 3e-4}}  # tiny-a's lr changes
+    after = hashes(changed("pairs.0.options", options), tmp_path / "one")
+    differs = sorted(cell for cell in before if before[cell] != after[cell])
+    # every cell that trains or evaluates tiny-a, and the stored runs replaying tiny-a
+    assert differs == sorted(
+        ["base/tiny-a"]
+        + [
+            f"{cell}/seed{seed}"
+            for seed in (0, 1)
+            for cell in ("grpo-n-4/tiny-a", "graft/tiny-a+tiny-b", "stored/tiny-a", "stored/tiny-b")
+        ]
+    )
+
+
+def test_grid_files_extend_and_take_overrides(tmp_path):
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(BASE))
+    parent = {**copy.deepcopy(GRID), "base": "run.yaml"}
+    (tmp_path / "parent.yaml").write_text(yaml.safe_dump(parent))
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "child.yaml").write_text(
+        yaml.safe_dump({"extends": "../parent.yaml", "seeds": [5], "train": {"steps": 3}})
+    )
+    grid = load_grid(sub / "child.yaml", ["eval.k=3", "periodic_eval={every: 1}"])
+    assert grid.name == "child" and grid.seeds == (5,) and grid.base["steps"] == 3
+    assert grid.eval.k == 3 and grid.periodic.k == 3 and grid.periodic.limit == 4
+    assert [entry.label for entry in grid.algorithms] == ["GRPO n=4", "GRAFT", "stored"]
+    with pytest.raises(GridError, match=r"child\.yaml: seeds\.0: expected an integer"):
+        load_grid(sub / "child.yaml", ["seeds=[x]"])
+
+
+@pytest.mark.parametrize("name", ["compare_tiny.yaml", "compare_tiny_full.yaml"])
+def test_the_shipped_grids_are_valid(name, tmp_path):
+    grid = load_grid(REPO / "configs" / "grids" / name)
+    cells = plan_cells(grid, tmp_path)
+    assert len(grid.seeds) >= 3 and grid.baseline == "GRPO n=8"
+    assert sum(cell.config is None for cell in cells) == 2  # the two base models
+    labels = {entry.label for entry in grid.algorithms}
+    assert {"GRPO n=8", "GRAFT"} <= labels
+    if name == "compare_tiny_full.yaml":
+        assert {"GRPO n=16", "GRPO n=32", "no compat", "no clip", "SGT", "HACPO"} <= labels
