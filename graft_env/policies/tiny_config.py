@@ -18,7 +18,7 @@ from graft_env.policies.sft import SFTConfig
 from graft_env.policies.tiny_models import TinyShape
 from graft_env.policies.tiny_tokenizer import CHATML_STYLE, PLAIN_STYLE, TokenizerSpec
 
-BUILD_VERSION = 1  # bump when the build procedure changes what it produces
+BUILD_VERSION = 2  # bump when the build procedure changes what it produces
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,8 @@ def cache_key(config: TinyPairConfig, seed: int) -> str:
 
 def training_problems(spec: TinyModelSpec, config: TinyPairConfig, seed: int) -> list[Problem]:
     """A deterministic pool: own skills round-robin, a `peer_skill_share` of the rest,
-    levels drawn by `level_weights`."""
+    levels drawn by `level_weights`, all from the procedural "sft" split, so RL on
+    the "train" split and evaluation on "test" use questions the warm start never saw."""
     others = [s for s in SKILLS if s not in spec.skills]
     stream = random.Random(f"tiny-pair/{spec.name}/{seed}")
     problems = []
@@ -99,7 +100,7 @@ def training_problems(spec: TinyModelSpec, config: TinyPairConfig, seed: int) ->
         pool = others if others and stream.random() < config.peer_skill_share else spec.skills
         level = stream.choices(LEVELS, weights=config.level_weights)[0]
         skill = pool[index % len(pool)]
-        problems.append(generate(skill, index, seed=seed, split="train", difficulty=level))
+        problems.append(generate(skill, index, seed=seed, split="sft", difficulty=level))
     return problems
 
 

@@ -11,13 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from graft_env.data import DatasetError, extract_last_boxed, load
-from graft_env.data.procedural import SKILLS, answer_range, generate, split_of
+from graft_env.data.procedural import SKILLS, SPLITS, answer_range, generate, split_of
 
 _ITEM_ARGS = {
     "skill": st.sampled_from(SKILLS),
     "index": st.integers(0, 10**6),
     "seed": st.integers(-(10**6), 10**6),
-    "split": st.sampled_from(["train", "test"]),
+    "split": st.sampled_from(SPLITS),
     "difficulty": st.none() | st.integers(1, 5) | st.lists(st.integers(1, 5), min_size=1),
 }
 
@@ -61,10 +61,14 @@ def test_same_items_in_a_fresh_process() -> None:
 
 @settings(max_examples=5, deadline=None)
 @given(seed=st.integers(0, 10**6))
-def test_train_and_test_are_disjoint(seed: int) -> None:
-    train = load("procedural", "train", size=300, seed=seed, difficulty=1)
-    test = load("procedural", "test", size=300, seed=seed, difficulty=1)
-    assert not {p.problem for p in train} & {p.problem for p in test}
+def test_sft_train_and_test_are_disjoint(seed: int) -> None:
+    questions = {
+        split: {p.problem for p in load("procedural", split, size=300, seed=seed, difficulty=1)}
+        for split in SPLITS
+    }
+    assert not questions["sft"] & questions["train"]
+    assert not questions["sft"] & questions["test"]
+    assert not questions["train"] & questions["test"]
 
 
 def test_load_interleaves_skills_round_robin() -> None:
@@ -126,5 +130,7 @@ def test_bad_options_are_clear_errors(options: dict[str, object], message: str) 
 def test_bad_generate_arguments() -> None:
     with pytest.raises(DatasetError, match="index must be a non-negative integer"):
         generate("gcd", -1)
-    with pytest.raises(DatasetError, match=r"split must be one of \['train', 'test'\]"):
+    with pytest.raises(
+        DatasetError, match=r"split must be one of \['sft', 'train', 'test'\], got 'dev'"
+    ):
         generate("gcd", 0, split="dev")

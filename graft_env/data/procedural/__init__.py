@@ -3,10 +3,15 @@
 `generate(skill, index, seed=, split=, difficulty=)` is a pure function of its
 arguments: the item's random stream is seeded with a string of them (Python's
 string seeding hashes with SHA-512, so it is the same in every process; `hash()`
-is not). Train and test are disjoint by construction, not by luck: each question
-belongs to exactly one split by a CRC-32 of its text (one in five go to test), and
-a generator redraws until its item belongs to the requested split. Small levels
-have small item spaces, where independent streams would overlap.
+is not). The splits are disjoint by construction, not by luck: each question belongs
+to exactly one split by a CRC-32 of its text, and a generator redraws until its
+item belongs to the requested split. Small levels have small item spaces (a few
+hundred level-1 questions per skill), where independent streams would overlap.
+
+Three splits, as in a real pipeline: "sft" (two in five questions) is what a
+model is warm-started on (the tiny pair's supervised data), "train" (two in five)
+is the RL prompt pool, "test" (one in five) is held out for evaluation. RL on
+questions the warm start already memorised would measure recall, not learning.
 
 `load("procedural", split, skills=[...], size=N, seed=s, difficulty=d)` gives N
 items per skill, interleaved round-robin (item 0 of every skill, then item 1, ...).
@@ -27,10 +32,10 @@ from graft_env.data.registry import register_dataset
 
 SKILLS: tuple[str, ...] = tuple(SKILL_SPECS)
 LEVELS = (1, 2, 3, 4, 5)
-SPLITS = ("train", "test")
-DEFAULT_SIZE = {"train": 2000, "test": 200}  # items per skill
+SPLITS = ("sft", "train", "test")
+DEFAULT_SIZE = {"sft": 2000, "train": 2000, "test": 200}  # items per skill
 _MIX_WEIGHTS = (5, 4, 3, 2, 1)
-_TEST_SHARE = 5  # one question in this many belongs to the test split
+_SPLIT_OF_RESIDUE = ("test", "sft", "sft", "train", "train")  # by CRC-32 mod 5
 _MAX_DRAWS = 1000  # a split holds >= 1/5 of every level's items; 1000 misses ~never
 
 Difficulty = int | Sequence[int] | None
@@ -38,7 +43,8 @@ Difficulty = int | Sequence[int] | None
 
 def split_of(question: str) -> str:
     """The split a question belongs to, whatever seed or index produced it."""
-    return "test" if zlib.crc32(question.encode("utf-8")) % _TEST_SHARE == 0 else "train"
+    residue = zlib.crc32(question.encode("utf-8")) % len(_SPLIT_OF_RESIDUE)
+    return _SPLIT_OF_RESIDUE[residue]
 
 
 def answer_range(skill: str, difficulty: int) -> tuple[int, int]:
