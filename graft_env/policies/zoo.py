@@ -6,9 +6,11 @@ import os
 from pathlib import Path
 
 from graft_env.policies.hf import HFPolicy, HFPolicyOptions
+from graft_env.policies.vllm_policy import OPTION_PREFIX, VLLMEngineOptions, VLLMPolicy
 
 TINY_NAMES = ("tiny-a", "tiny-b")
 REAL_NAMES = ("smollm2-135m", "gemma3-270m")
+ROLLOUT_BACKENDS = ("transformers", "vllm")
 
 
 def default_cache_dir() -> Path:
@@ -16,32 +18,64 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("GRAFT_CACHE_DIR") or Path.home() / ".cache" / "graft")
 
 
+def _model_path(name: str, cache: Path, tiny_seed: int) -> Path | None:
+    """The local directory of a built-in name (building or converting it if needed)."""
+    if name in TINY_NAMES:
+        from graft_env.policies.tiny import build_tiny_pair  # heavy build code, only when needed
+
+        return build_tiny_pair(cache, tiny_seed)[name]
+    if name in REAL_NAMES:
+        from graft_env.policies.real_pair import real_model_path
+
+        return real_model_path(name, cache)
+    return None
+
+
 def load_policy(
     path_or_name: str | Path,
     *,
     cache_dir: str | Path | None = None,
     tiny_seed: int = 0,
+    rollout_backend: str = "transformers",
     **options: object,
 ) -> HFPolicy:
-    """A transformers policy for a built-in name or any local model directory.
+    """A transformers-trained policy for a built-in name or any local model directory.
 
     "tiny-a" / "tiny-b" load from the tiny-pair cache, building the pair for
     `tiny_seed` first if it is missing (~10 min on 2 CPU cores).
     "smollm2-135m" / "gemma3-270m" load from the converted real pair, converting
     the PyPI GGUFs on first use (`policies.real_pair`). The cache is `cache_dir`,
-    else `$GRAFT_CACHE_DIR`, else `~/.cache/graft`. `options` are `HFPolicyOptions`
-    fields (`lr`, `dtype`, `device`, ...); an unknown one raises a TypeError that
-    lists the valid ones.
+    else `$GRAFT_CACHE_DIR`, else `~/.cache/graft`.
+
+    `rollout_backend` picks what samples: "transformers" (`HFPolicy`) or "vllm"
+    (`VLLMPolicy`: an in-process vLLM engine, synced after every update).
+    `options` are `HFPolicyOptions` fields (`lr`, `dtype`, `device`, ...) and, for
+    the vLLM backend, `vllm_<field>` for `VLLMEngineOptions` fields
+    (`vllm_kv_cache_gib`, `vllm_enforce_eager`, ...); an unknown one raises a
+    TypeError that lists the valid ones.
     """
+    if rollout_backend not in ROLLOUT_BACKENDS:
+        raise ValueError(
+            f"unknown rollout_backend {rollout_backend!r}; valid: {list(ROLLOUT_BACKENDS)}"
+        )
+    engine_keys = [key for key in options if key.startswith(OPTION_PREFIX)]
+    engine_options = {key: options.pop(key) for key in engine_keys}
+    if engine_options and rollout_backend != "vllm":
+        raise TypeError(
+            f"policy option(s) {sorted(engine_options)} need rollout_backend='vllm' "
+            f"(got {rollout_backend!r})"
+        )
     policy_options = HFPolicyOptions.from_kwargs(**options)
+    # checked before the (possibly long) model build
+    vllm_options = (
+        VLLMEngineOptions.from_prefixed(engine_options) if rollout_backend == "vllm" else None
+    )
     name = str(path_or_name)
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    if name in TINY_NAMES:
-        from graft_env.policies.tiny import build_tiny_pair  # heavy build code, only when needed
-
-        return HFPolicy(build_tiny_pair(cache, tiny_seed)[name], name=name, options=policy_options)
-    if name in REAL_NAMES:
-        from graft_env.policies.real_pair import real_model_path
-
-        return HFPolicy(real_model_path(name, cache), name=name, options=policy_options)
-    return HFPolicy(path_or_name, options=policy_options)
+    builtin = _model_path(name, cache, tiny_seed)
+    path, policy_name = (builtin, name) if builtin is not None else (path_or_name, None)
+    if vllm_options is not None:
+        return VLLMPolicy(
+            path, name=policy_name, options=policy_options, engine_options=vllm_options
+        )
+    return HFPolicy(path, name=policy_name, options=policy_options)

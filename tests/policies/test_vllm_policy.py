@@ -1,0 +1,242 @@
+"""The vLLM rollout backend: same `generate` contract, log-probs equal to the transformers
+scorer's, and the engine following the trainer's weights after every update and load.
+
+Tests marked `vllm` need vLLM and run in their own virtualenv (`.ci/vllm`):
+    python -m pytest -m vllm tests/policies/test_vllm_policy.py -p no:cacheprovider -s
+(`-s` shows the measured log-prob differences). An engine takes about a minute to
+start on 2 CPU cores, so each model's policy is built once for the module. The
+unmarked tests check option handling and the missing-vLLM error in any environment.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+import torch
+
+import algorithms
+from algorithms.loop import Trainer, make_policies
+from algorithms.run_config import config_from_dict
+from algorithms.types import TrainBatch, TrainSequence
+from graft_env.policies import Generation, SamplingParams, load_policy
+from graft_env.policies.forward import response_logprobs
+from graft_env.policies.vllm_policy import VLLMPolicy
+
+TOLERANCE = 1e-4  # fp32: vLLM's paged-attention forward vs the transformers training forward
+PROBLEMS = ["Compute 12 + 35.", "Compute 7 * 8.", "Compute 12 + 35."]  # one prompt twice
+
+
+def _run_config(run_dir) -> dict:
+    """GRPO on tiny-a with vLLM rollouts, as a user's run config says it."""
+    return {
+        "agents": [
+            {
+                "name": "tiny-a",
+                "model": "tiny-a",
+                "options": {"rollout_backend": "vllm", "lr": 1e-3},
+            }
+        ],
+        "algorithm": "grpo",
+        "algorithm_options": {"n": 4, "num_minibatches": 2},
+        "env": {
+            "dataset": "procedural",
+            "split": "train",
+            "dataset_options": {"size": 40, "difficulty": 1},
+            "batch_size": 6,
+        },
+        "sampling": {"max_new_tokens": 64},
+        "steps": 1,
+        "run_dir": str(run_dir),
+        "checkpoint_every": 1,
+        "progress": False,
+        "tensorboard": False,
+    }
+
+
+@pytest.fixture(scope="module")
+def tiny_a(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMPolicy]:
+    """tiny-a (GPT-NeoX; vLLM serves it through its Transformers backend), built from a
+    run config's agent options, as `graft train` builds it."""
+    config = config_from_dict(_run_config(tmp_path_factory.mktemp("run") / "grpo"))
+    policy = make_policies(config)["tiny-a"]
+    yield policy
+    policy.close()
+
+
+@pytest.fixture(scope="module")
+def hot_tiny_b() -> Iterator[VLLMPolicy]:
+    """tiny-b (Llama; vLLM's own implementation) with log-prob temperature 2."""
+    policy = load_policy("tiny-b", rollout_backend="vllm", temperature=2.0)
+    yield policy
+    policy.close()
+
+
+def _flatten(prompts: list[str], groups: list[list[Generation]]):
+    return [(prompt, gen) for prompt, group in zip(prompts, groups, strict=True) for gen in group]
+
+
+def _differences(
+    policy: VLLMPolicy, prompts: list[str], groups: list[list[Generation]], label: str = ""
+) -> np.ndarray:
+    """|engine log-prob - transformers scorer log-prob| over every sampled token
+    (printed under `label`, for the record)."""
+    pairs = _flatten(prompts, groups)
+    scored = policy.score_tokens([p for p, _ in pairs], [g.token_ids for _, g in pairs])
+    diff = np.concatenate(
+        [np.abs(gen.logprobs - s) for (_, gen), s in zip(pairs, scored, strict=True)]
+    )
+    if label:
+        print(f"\n{label}: {diff.size} tokens, max |diff| {diff.max():.2e}, mean {diff.mean():.2e}")
+    return diff
+
+
+def _check_agreement(policy: VLLMPolicy, sampling: SamplingParams, label: str) -> None:
+    prompts = [policy.format_prompt(p) for p in PROBLEMS]
+    groups = policy.generate(prompts, 4, sampling)
+    assert _differences(policy, prompts, groups, label).max() < TOLERANCE
+
+
+@pytest.mark.vllm
+def test_generate_returns_the_contract_and_is_seeded(tiny_a):
+    prompts = [tiny_a.format_prompt(p) for p in PROBLEMS]
+    hot = SamplingParams(temperature=2.0, max_new_tokens=24, seed=5)
+    first = tiny_a.generate(prompts, 4, hot)
+    assert [len(group) for group in first] == [4, 4, 4]
+    for _, gen in _flatten(prompts, first):
+        assert 1 <= len(gen.token_ids) <= 24
+        assert gen.logprobs.dtype == np.float32 and np.all(gen.logprobs <= 0)
+        assert gen.text == tiny_a.decode_response(gen.token_ids)
+        if gen.finish_reason == "stop":
+            assert gen.token_ids[-1] == tiny_a.eos_id
+            assert tiny_a.eos_id not in gen.token_ids[:-1]
+        else:
+            assert len(gen.token_ids) == 24 and tiny_a.eos_id not in gen.token_ids
+
+    def ids(groups):
+        return [[g.token_ids for g in group] for group in groups]
+
+    assert ids(tiny_a.generate(prompts, 4, hot)) == ids(first)
+    other_seed = SamplingParams(temperature=2.0, max_new_tokens=24, seed=6)
+    assert ids(tiny_a.generate(prompts, 4, other_seed)) != ids(first)
+    assert ids(first)[0] != ids(first)[2]  # the same prompt twice is sampled independently
+
+
+@pytest.mark.vllm
+def test_greedy_decoding_matches_transformers(tiny_a):
+    prompts = [tiny_a.format_prompt(p) for p in PROBLEMS[:2]]
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=24)
+    from_vllm = tiny_a.generate(prompts, 1, greedy)
+    from_transformers = super(VLLMPolicy, tiny_a).generate(prompts, 1, greedy)
+    assert [g[0].token_ids for g in from_vllm] == [g[0].token_ids for g in from_transformers]
+
+
+@pytest.mark.vllm
+def test_logprobs_agree_with_the_transformers_scorer(tiny_a):
+    _check_agreement(tiny_a, SamplingParams(max_new_tokens=48, seed=3), "tiny-a, T=1")
+
+
+@pytest.mark.vllm
+def test_logprobs_use_the_policy_temperature_not_the_sampling_one(hot_tiny_b):
+    sampling = SamplingParams(temperature=0.7, top_p=0.9, max_new_tokens=48, seed=3)
+    _check_agreement(hot_tiny_b, sampling, "tiny-b, policy T=2, sampling T=0.7 top-p 0.9")
+
+
+def _train_batch(policy: VLLMPolicy, prompts: list[str], groups) -> TrainBatch:
+    sequences = [
+        TrainSequence(p, g.token_ids, g.logprobs, advantage=1.0 if i % 2 else -1.0)
+        for p, group in enumerate(groups)
+        for i, g in enumerate(group)
+    ]
+    return TrainBatch(policy.name, prompts, sequences, [list(range(len(sequences)))])
+
+
+@pytest.mark.vllm
+def test_update_loads_the_new_weights_into_the_engine(tiny_a):
+    prompts = [tiny_a.format_prompt(p) for p in PROBLEMS[:2]]
+    sampling = SamplingParams(max_new_tokens=32, seed=8)
+    before = copy.deepcopy(tiny_a.model)
+    batch = _train_batch(tiny_a, prompts, tiny_a.generate(prompts, 4, sampling))
+    metrics = tiny_a.update(batch, algorithms.make("grpo").loss)
+    assert metrics["time/weight_sync"] > 0
+    groups = tiny_a.generate(prompts, 4, sampling)
+    assert _differences(tiny_a, prompts, groups).max() < TOLERANCE  # follows the new weights
+    pairs = _flatten(prompts, groups)
+    with torch.no_grad():
+        old = response_logprobs(
+            before,
+            [tiny_a.encode_prompt(p) for p, _ in pairs],
+            [g.token_ids for _, g in pairs],
+            pad_id=tiny_a.pad_id,
+            temperature=tiny_a.temperature,
+        ).logprobs.numpy()
+    moved = max(
+        np.abs(g.logprobs - old[row, : len(g.logprobs)]).max() for row, (_, g) in enumerate(pairs)
+    )
+    assert moved > 10 * TOLERANCE  # ... and no longer the old ones
+
+
+@pytest.mark.vllm
+def test_load_puts_the_checkpoint_weights_into_the_engine(tiny_a, tmp_path):
+    prompts = [tiny_a.format_prompt(p) for p in PROBLEMS[:2]]
+    sampling = SamplingParams(max_new_tokens=32, seed=9)
+    tiny_a.save(tmp_path / "checkpoint")
+    saved = tiny_a.generate(prompts, 4, sampling)
+    tiny_a.update(_train_batch(tiny_a, prompts, saved), algorithms.make("grpo").loss)
+    assert _differences(tiny_a, prompts, saved).max() > 10 * TOLERANCE  # weights moved on
+    tiny_a.load(tmp_path / "checkpoint")
+    restored = tiny_a.generate(prompts, 4, sampling)
+    assert [[g.token_ids for g in group] for group in restored] == [
+        [g.token_ids for g in group] for group in saved
+    ]
+    assert _differences(tiny_a, prompts, restored).max() < TOLERANCE
+
+
+@pytest.mark.vllm
+def test_one_grpo_step_of_the_loop_with_vllm_rollouts(tiny_a, tmp_path):
+    config = config_from_dict(_run_config(tmp_path / "grpo"))
+    before = {k: v.clone() for k, v in tiny_a.model.state_dict().items()}
+    [row] = Trainer(config, policies={"tiny-a": tiny_a}).train()
+    assert row["agent"] == "tiny-a" and np.isfinite(row["loss"]) and row["tokens"] > 0
+    assert row["time/weight_sync"] > 0
+    after = tiny_a.model.state_dict()
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    _check_agreement(tiny_a, SamplingParams(max_new_tokens=32, seed=4), "tiny-a after GRPO step")
+
+
+@pytest.mark.vllm
+def test_real_smollm2_logprobs_agree_and_follow_an_update():
+    policy = load_policy("smollm2-135m", rollout_backend="vllm", lr=1e-4)
+    try:
+        prompts = [policy.format_prompt(p) for p in PROBLEMS[:2]]
+        sampling = SamplingParams(max_new_tokens=24, seed=1)
+        groups = policy.generate(prompts, 2, sampling)
+        assert _differences(policy, prompts, groups, "smollm2-135m").max() < TOLERANCE
+        policy.update(_train_batch(policy, prompts, groups), algorithms.make("grpo").loss)
+        groups = policy.generate(prompts, 2, sampling)
+        after = _differences(policy, prompts, groups, "smollm2-135m after an update")
+        assert after.max() < TOLERANCE
+    finally:
+        policy.close()
+
+
+def test_vllm_options_are_checked_before_any_model_loads(tmp_path):
+    with pytest.raises(ValueError, match="unknown rollout_backend 'vlm'"):
+        load_policy(tmp_path / "nowhere", rollout_backend="vlm")
+    with pytest.raises(TypeError, match=r"need rollout_backend='vllm'"):
+        load_policy(tmp_path / "nowhere", vllm_kv_cache_gib=2)
+    with pytest.raises(TypeError, match=r"unknown vLLM engine option\(s\) \['vllm_kv_cache'\]"):
+        load_policy(tmp_path / "nowhere", rollout_backend="vllm", vllm_kv_cache=2)
+    with pytest.raises(TypeError, match=r"unknown policy option\(s\) \['kv_cache_gib'\]"):
+        load_policy(tmp_path / "nowhere", rollout_backend="vllm", kv_cache_gib=2)
+    with pytest.raises(ValueError, match="kv_cache_gib must be > 0"):
+        load_policy(tmp_path / "nowhere", rollout_backend="vllm", vllm_kv_cache_gib=0)
+
+
+def test_missing_vllm_names_the_extra_to_install(model_dirs, monkeypatch):
+    monkeypatch.setitem(sys.modules, "vllm", None)  # what an environment without vLLM sees
+    with pytest.raises(ImportError, match="install the vllm extra"):
+        load_policy(model_dirs["llama"], rollout_backend="vllm")
