@@ -94,8 +94,9 @@ def plot_curves(curves: Mapping[Key, Curve], path: str | Path, title: str, ylabe
                 continue
             mean, std = curve["mean"], curve["std"]
             (line,) = axis.plot(curve["step"], mean, marker="o", markersize=3, label=label)
-            low = [m - s for m, s in zip(mean, std, strict=True)]
-            high = [m + s for m, s in zip(mean, std, strict=True)]
+            # every plotted quantity is a rate: keep the ± std band inside [0, 1]
+            low = [max(0.0, m - s) for m, s in zip(mean, std, strict=True)]
+            high = [min(1.0, m + s) for m, s in zip(mean, std, strict=True)]
             axis.fill_between(curve["step"], low, high, color=line.get_color(), alpha=0.2)
         peer = next(a for a in panel[1].split("+") if a != panel[0]) if "+" in panel[1] else ""
         axis.set_title(f"{panel[0]}" + (f" (peer {peer})" if peer else ""))
