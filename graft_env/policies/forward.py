@@ -1,4 +1,4 @@
-"""Model forwards shared by sampling, scoring and training.
+"""Model forwards shared by sampling (`policies.generation`), scoring and training.
 
 Sampling and the training forward must compute bit-for-bit the same function, or
 every importance ratio is silently off. So both use one batch layout: prompts
@@ -8,6 +8,16 @@ left-padded to a common length, responses right-padded after them, attention mas
 
 Every reported log-probability is ``log_softmax(logits / temperature)`` of the
 chosen token in float32, before top-p truncation (see `policies.base`).
+
+Shared prompts. A GRPO batch holds every prompt n times, and the prompt is usually
+most of each row (on the tiny models ~90 prompt tokens to <= 32 response tokens).
+So each distinct prompt is run once (`prefill`) and its KV cache and last logits
+are copied to every row that has it; the responses then run as a continuation of
+that cache. With grad enabled the copy is an index op, so the gradient of every row
+flows back into the one shared prompt forward: the same gradient as running each
+row in full, for a fraction of the work. Sampling always shares; scoring and
+training share when `share_prompts=True` and some prompt repeats (not under
+gradient checkpointing, which turns the cache off in training mode).
 """
 
 from __future__ import annotations
@@ -18,16 +28,19 @@ from dataclasses import dataclass
 
 import torch
 
-from graft_env.policies.base import SamplingParams
-
 
 def _forward_kwargs(model: torch.nn.Module) -> set[str]:
     return set(inspect.signature(model.forward).parameters)
 
 
-def _cache_argument(model: torch.nn.Module) -> str:
+def cache_argument(model: torch.nn.Module) -> str:
     """transformers >= 5 calls the KV cache `cache`; 4.x called it `past_key_values`."""
     return "cache" if "cache" in _forward_kwargs(model) else "past_key_values"
+
+
+def output_cache(output) -> object:
+    """The KV cache a forward returned (`cache` in transformers >= 5, else `past_key_values`)."""
+    return output["cache" if "cache" in output.keys() else "past_key_values"]  # noqa: SIM118
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -65,6 +78,93 @@ def pack_prompt_response(
 
 
 @dataclass
+class PromptPrefix:
+    """Each row's prompt run through the model: its KV cache, mask and next-token logits.
+
+    `attention_mask` [B, P] is the left-padded prompt mask, `next_position` [B] the
+    position id of the first response token and `last_logits` [B, V] (float32, no
+    temperature) the logits that predict it.
+    """
+
+    cache: object
+    last_logits: torch.Tensor
+    attention_mask: torch.Tensor
+    next_position: torch.Tensor
+
+
+def prefill(
+    model: torch.nn.Module, prompt_ids: Sequence[Sequence[int]], pad_id: int
+) -> PromptPrefix:
+    """Run every distinct prompt once (left-padded) and expand the result to one row each.
+
+    Differentiable when grad is enabled: rows sharing a prompt share its forward, and
+    their gradients sum into it.
+    """
+    device = next(model.parameters()).device
+    distinct: dict[tuple[int, ...], int] = {}
+    rows = [distinct.setdefault(tuple(ids), len(distinct)) for ids in prompt_ids]
+    unique = [list(ids) for ids in distinct]
+    input_ids, attention_mask, _, _ = pack_prompt_response(
+        unique, [[] for _ in unique], pad_id, device
+    )
+    positions = position_ids_from_mask(attention_mask)
+    kwargs = {"logits_to_keep": 1} if "logits_to_keep" in _forward_kwargs(model) else {}
+    output = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=positions,
+        use_cache=True,
+        **kwargs,
+    )
+    cache = output_cache(output)
+    last_logits = output.logits[:, -1, :].float()
+    next_position = positions[:, -1] + 1
+    if len(unique) < len(rows):
+        if not hasattr(cache, "batch_select_indices"):
+            raise TypeError(
+                f"{type(model).__name__} returned a {type(cache).__name__} cache without "
+                "batch_select_indices; shared-prompt forwards need a transformers Cache"
+            )
+        index = torch.tensor(rows, dtype=torch.long, device=device)
+        cache.batch_select_indices(index)
+        last_logits, attention_mask = last_logits[index], attention_mask[index]
+        next_position = next_position[index]
+    return PromptPrefix(cache, last_logits, attention_mask, next_position)
+
+
+def _checkpointing(model: torch.nn.Module) -> bool:
+    """Gradient checkpointing is active (training mode): transformers then drops the cache."""
+    return model.training and any(
+        getattr(module, "gradient_checkpointing", False) is True for module in model.modules()
+    )
+
+
+def _shared_prompt_logits(
+    model: torch.nn.Module,
+    prompt_ids: Sequence[Sequence[int]],
+    targets: torch.Tensor,
+    target_mask: torch.Tensor,
+    pad_id: int,
+) -> torch.Tensor:
+    """Logits [B, R, V] predicting each response token: prompts prefilled once, then the
+    responses (all but their last token, which predicts nothing) continue the cache."""
+    prefix = prefill(model, prompt_ids, pad_id)
+    logits = [prefix.last_logits.unsqueeze(1)]
+    if targets.shape[1] > 1:
+        attention_mask = torch.cat([prefix.attention_mask, target_mask[:, :-1]], 1)
+        width = targets.shape[1] - 1
+        output = model(
+            input_ids=targets[:, :-1],
+            attention_mask=attention_mask,
+            position_ids=position_ids_from_mask(attention_mask)[:, -width:],
+            use_cache=True,
+            **{cache_argument(model): prefix.cache},
+        )
+        logits.append(output.logits[:, -width:, :].float())
+    return torch.cat(logits, 1)
+
+
+@dataclass
 class ResponseLogprobs:
     """Log-probs of response tokens [B, R] (0 on padding) and what they came from."""
 
@@ -81,6 +181,7 @@ def response_logprobs(
     pad_id: int,
     temperature: float,
     with_entropy: bool = True,
+    share_prompts: bool = False,
 ) -> ResponseLogprobs:
     """Teacher-forced log-probs of each response token given its prompt.
 
@@ -88,7 +189,9 @@ def response_logprobs(
     materialised (`logits_to_keep`), which matters for 50k-260k vocabularies.
     `entropy_sum` is the summed (detached) entropy of the temperature-scaled
     distribution over real response positions, for monitoring (0 unless
-    `with_entropy`).
+    `with_entropy`). `share_prompts`: run each repeated prompt once (module
+    docstring); the result differs from the single pass only by float rounding.
+    Off by default so the SFT warm-start (and the tiny pair it builds) is unchanged.
     """
     if any(len(r) == 0 for r in response_ids):
         raise ValueError("every response needs at least one token (its EOS at least)")
@@ -97,19 +200,23 @@ def response_logprobs(
         prompt_ids, response_ids, pad_id, device
     )
     response_len = targets.shape[1]
-    kwargs = {}
-    if "logits_to_keep" in _forward_kwargs(model):
-        kwargs["logits_to_keep"] = response_len + 1
-    output = model(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        position_ids=position_ids_from_mask(attention_mask),
-        use_cache=False,
-        **kwargs,
-    )
-    # Position i predicts token i + 1: the last R + 1 positions minus the final one.
-    logits = output.logits[:, -(response_len + 1) : -1, :].float() / temperature
-    log_probs = torch.log_softmax(logits, dim=-1)
+    repeats = len({tuple(ids) for ids in prompt_ids}) < len(prompt_ids)
+    if share_prompts and repeats and not _checkpointing(model):
+        logits = _shared_prompt_logits(model, prompt_ids, targets, target_mask, pad_id)
+    else:
+        kwargs = {}
+        if "logits_to_keep" in _forward_kwargs(model):
+            kwargs["logits_to_keep"] = response_len + 1
+        output = model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids_from_mask(attention_mask),
+            use_cache=False,
+            **kwargs,
+        )
+        # Position i predicts token i + 1: the last R + 1 positions minus the final one.
+        logits = output.logits[:, -(response_len + 1) : -1, :].float()
+    log_probs = torch.log_softmax(logits / temperature, dim=-1)
     chosen = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     mask = target_mask.to(chosen.dtype)
     entropy_sum = 0.0
@@ -118,101 +225,3 @@ def response_logprobs(
             entropy = -(log_probs.exp() * log_probs).sum(-1)
             entropy_sum = float((entropy * mask).sum())
     return ResponseLogprobs(logprobs=chosen * mask, mask=target_mask, entropy_sum=entropy_sum)
-
-
-def _choose_tokens(
-    logits: torch.Tensor, sampling: SamplingParams, generator: torch.Generator
-) -> torch.Tensor:
-    """Draw one token per row from softmax(logits / T), truncated to the top-p nucleus.
-
-    Inverse-CDF sampling with one uniform per row keeps the random stream a pure
-    function of the seed and the batch size.
-    """
-    if sampling.temperature == 0.0:
-        return logits.argmax(-1)
-    probs = torch.softmax(logits / sampling.temperature, dim=-1)
-    if sampling.top_p < 1.0:
-        sorted_probs, order = probs.sort(dim=-1, descending=True)
-        mass_before = sorted_probs.cumsum(-1) - sorted_probs
-        sorted_probs = sorted_probs.masked_fill(mass_before >= sampling.top_p, 0.0)
-        probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
-    cdf = probs.double().cumsum(-1)
-    uniform = torch.rand(
-        probs.shape[0], generator=generator, device=probs.device, dtype=torch.float64
-    )
-    draw = (uniform * cdf[:, -1]).unsqueeze(-1)
-    return torch.searchsorted(cdf, draw, right=True).squeeze(-1).clamp(max=probs.shape[-1] - 1)
-
-
-@dataclass
-class SampledBatch:
-    """Per row: the sampled tokens (EOS included when it stopped) and their log-probs."""
-
-    token_ids: list[list[int]]
-    logprobs: list[list[float]]
-    stopped: list[bool]
-
-
-@torch.no_grad()
-def sample(
-    model: torch.nn.Module,
-    prompt_ids: Sequence[Sequence[int]],
-    sampling: SamplingParams,
-    *,
-    eos_id: int,
-    pad_id: int,
-    temperature: float,
-    generator: torch.Generator,
-) -> SampledBatch:
-    """Autoregressive sampling with a KV cache, recording log-probs as training sees them.
-
-    Rows that have emitted EOS are dropped from the batch (and the cache) once they
-    make up a quarter of it, so a group's short answers do not pay for its long ones.
-    """
-    device = next(model.parameters()).device
-    empty = [[] for _ in prompt_ids]
-    input_ids, attention_mask, _, _ = pack_prompt_response(prompt_ids, empty, pad_id, device)
-    positions = position_ids_from_mask(attention_mask)
-    cache_argument = _cache_argument(model)
-    output = model(
-        input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, use_cache=True
-    )
-    batch, max_new = input_ids.shape[0], sampling.max_new_tokens
-    all_tokens = torch.full((batch, max_new), pad_id, dtype=torch.long, device=device)
-    all_logprobs = torch.zeros((batch, max_new), dtype=torch.float32, device=device)
-    lengths = torch.zeros(batch, dtype=torch.long, device=device)
-    active = torch.arange(batch, device=device)  # original row of each batch row
-    finished = torch.zeros(batch, dtype=torch.bool, device=device)
-    next_position = positions[:, -1] + 1
-    for step in range(max_new):
-        logits = output.logits[:, -1, :].float()
-        tokens = _choose_tokens(logits, sampling, generator).masked_fill(finished, pad_id)
-        log_probs = torch.log_softmax(logits / temperature, dim=-1)
-        all_logprobs[active, step] = log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
-        all_tokens[active, step] = tokens
-        lengths[active] += (~finished).long()
-        finished |= tokens == eos_id
-        if bool(finished.all()) or step == max_new - 1:
-            break
-        cache = output["cache" if "cache" in output.keys() else "past_key_values"]  # noqa: SIM118
-        if 4 * int(finished.sum()) >= len(active) and hasattr(cache, "batch_select_indices"):
-            keep = (~finished).nonzero().squeeze(-1)
-            cache.batch_select_indices(keep)
-            active, tokens, finished = active[keep], tokens[keep], finished[keep]
-            attention_mask, next_position = attention_mask[keep], next_position[keep]
-        attention_mask = torch.cat([attention_mask, torch.ones_like(attention_mask[:, :1])], 1)
-        output = model(
-            input_ids=tokens.unsqueeze(-1),
-            attention_mask=attention_mask,
-            position_ids=next_position.unsqueeze(-1),
-            use_cache=True,
-            **{cache_argument: cache},
-        )
-        next_position = next_position + 1
-    sizes = lengths.tolist()
-    token_ids = [row[:size] for row, size in zip(all_tokens.tolist(), sizes, strict=True)]
-    return SampledBatch(
-        token_ids=token_ids,
-        logprobs=[row[:size] for row, size in zip(all_logprobs.tolist(), sizes, strict=True)],
-        stopped=[bool(ids) and ids[-1] == eos_id for ids in token_ids],
-    )

@@ -1,7 +1,7 @@
 """The transformers backend: any local causal LM directory behind the Policy interface.
 
 Sampling is a small own loop over the model's forward with a KV cache
-(`policies.forward.sample`) rather than `model.generate`, because the recorded
+(`policies.generation.sample`) rather than `model.generate`, because the recorded
 log-probs must be the ones the training forward computes: same temperature, same
 float32 log-softmax, same padding and position ids. `benchmarks/policy_throughput.py`
 measures what that costs against `model.generate`.
@@ -22,7 +22,8 @@ import torch
 
 from algorithms.types import ScoredText, TrainBatch
 from graft_env.policies.base import Generation, LossFn, SamplingParams
-from graft_env.policies.forward import response_logprobs, sample
+from graft_env.policies.forward import response_logprobs
+from graft_env.policies.generation import sample
 from graft_env.policies.hf_options import HFPolicyOptions, load_model, load_tokenizer
 from graft_env.policies.training import OptimStep, optimise
 from graft_env.prompts import format_prompt
@@ -164,6 +165,8 @@ class HFPolicy:
                 responses,
                 pad_id=self.pad_id,
                 temperature=self.temperature,
+                with_entropy=False,
+                share_prompts=True,
             )
             rows = result.logprobs.cpu().numpy()
             scored.extend(row[: len(r)].copy() for row, r in zip(rows, responses, strict=True))

@@ -10,7 +10,8 @@ micro-batch gives the full [B, T] `new_logp`, the loss and its gradient with
 respect to `new_logp` are computed once on the whole minibatch, then each
 micro-batch is re-run with grad and back-propagates its slice of that gradient.
 The result equals the single-pass gradient for any loss, at the cost of one extra
-forward.
+forward. Every forward runs each repeated prompt once (`forward.response_logprobs`
+with `share_prompts`), so a GRPO group's n rows pay for their prompt once.
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ def _minibatch_gradients(
             [response_ids[i] for i in span],
             pad_id=step.pad_id,
             temperature=step.temperature,
+            share_prompts=True,
         )
 
     if len(spans) == 1:

@@ -170,8 +170,11 @@ def test_gradient_checkpointing_gives_the_same_update(make_policy, model_dirs):
     plain_metrics = plain.update(batch, loss_fn)
     checkpointed_metrics = checkpointed.update(batch, loss_fn)
     assert checkpointed_metrics["grad_norm"] == pytest.approx(plain_metrics["grad_norm"], rel=1e-4)
+    # The plain update shares each prompt's forward across its group (forward.prefill);
+    # checkpointing cannot, so the two gradients differ by float rounding (~1e-6 relative),
+    # which Adam's first step (update ~ sign(g) * lr) magnifies on near-zero entries.
     for a, b in zip(_parameters(plain), _parameters(checkpointed), strict=True):
-        torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=0)
     assert not checkpointed.model.training  # back in eval mode after the update
 
 

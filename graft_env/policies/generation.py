@@ -1,0 +1,176 @@
+"""Sampling: an own KV-cache decoding loop that records log-probs as training sees them.
+
+Why not `model.generate`: the recorded log-probs must be those of the training
+forward (`policies.forward`): same temperature, same float32 log-softmax, same
+padding and position ids. The prompt prefill is shared with scoring and training
+(`forward.prefill`: each distinct prompt runs once, its cache is copied to the n
+rows that sample from it).
+
+The KV cache has room reserved for every token the loop can add
+(`reserve_cache`): transformers' `DynamicLayer` concatenates at each token, which
+copies the whole cache every step and was about a third of decoding time on the
+tiny models. Writing in place changes no number, only the copying.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from graft_env.policies.base import SamplingParams
+from graft_env.policies.forward import cache_argument, output_cache, prefill
+
+try:  # per-layer cache objects exist from transformers 4.56 on
+    from transformers.cache_utils import DynamicLayer
+except ImportError:  # older transformers: no layer objects to reserve; caches keep growing
+    DynamicLayer = object
+
+
+class _ReservedLayer(DynamicLayer):
+    """A full-attention cache layer whose keys/values are views of a larger buffer.
+
+    Only `sample` uses it, which calls nothing on the cache but `update` (through the
+    model) and `batch_select_indices`, the two methods overridden here.
+    """
+
+    def __init__(self, layer: DynamicLayer, extra: int) -> None:
+        super().__init__()
+        batch, heads, length, dim = layer.keys.shape
+        self._key_buffer = layer.keys.new_empty((batch, heads, length + extra, dim))
+        self._value_buffer = layer.values.new_empty((batch, heads, length + extra, dim))
+        self._key_buffer[:, :, :length] = layer.keys
+        self._value_buffer[:, :, :length] = layer.values
+        self.device, self.is_initialized, self._length = layer.keys.device, True, length
+        self._expose()
+
+    def _expose(self) -> None:
+        self.keys = self._key_buffer[:, :, : self._length]
+        self.values = self._value_buffer[:, :, : self._length]
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        end = self._length + key_states.shape[-2]
+        if end > self._key_buffer.shape[-2]:
+            raise RuntimeError(
+                f"KV cache reserved {self._key_buffer.shape[-2]} positions, {end} needed"
+            )
+        self._key_buffer[:, :, self._length : end] = key_states
+        self._value_buffer[:, :, self._length : end] = value_states
+        self._length = end
+        self._expose()
+        return self.keys, self.values
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        self._key_buffer = self._key_buffer[indices]
+        self._value_buffer = self._value_buffer[indices]
+        self._expose()
+
+
+def reserve_cache(cache: object, extra: int) -> None:
+    """Give every plain full-attention layer of `cache` room for `extra` more positions.
+
+    Other layer kinds (sliding window, quantised, linear attention) and caches
+    without per-layer objects keep transformers' own behaviour.
+    """
+    layers = getattr(cache, "layers", None)
+    if not isinstance(layers, list):
+        return
+    for index, layer in enumerate(layers):
+        if type(layer) is DynamicLayer and layer.is_initialized and layer.keys.numel():
+            layers[index] = _ReservedLayer(layer, extra)
+
+
+def _choose_tokens(
+    logits: torch.Tensor, sampling: SamplingParams, generator: torch.Generator
+) -> torch.Tensor:
+    """Draw one token per row from softmax(logits / T), truncated to the top-p nucleus.
+
+    Inverse-CDF sampling with one uniform per row keeps the random stream a pure
+    function of the seed and the batch size.
+    """
+    if sampling.temperature == 0.0:
+        return logits.argmax(-1)
+    probs = torch.softmax(logits / sampling.temperature, dim=-1)
+    if sampling.top_p < 1.0:
+        sorted_probs, order = probs.sort(dim=-1, descending=True)
+        mass_before = sorted_probs.cumsum(-1) - sorted_probs
+        sorted_probs = sorted_probs.masked_fill(mass_before >= sampling.top_p, 0.0)
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
+    cdf = probs.double().cumsum(-1)
+    uniform = torch.rand(
+        probs.shape[0], generator=generator, device=probs.device, dtype=torch.float64
+    )
+    draw = (uniform * cdf[:, -1]).unsqueeze(-1)
+    return torch.searchsorted(cdf, draw, right=True).squeeze(-1).clamp(max=probs.shape[-1] - 1)
+
+
+@dataclass
+class SampledBatch:
+    """Per row: the sampled tokens (EOS included when it stopped) and their log-probs."""
+
+    token_ids: list[list[int]]
+    logprobs: list[list[float]]
+    stopped: list[bool]
+
+
+@torch.no_grad()
+def sample(
+    model: torch.nn.Module,
+    prompt_ids: Sequence[Sequence[int]],
+    sampling: SamplingParams,
+    *,
+    eos_id: int,
+    pad_id: int,
+    temperature: float,
+    generator: torch.Generator,
+) -> SampledBatch:
+    """Autoregressive sampling with a KV cache, recording log-probs as training sees them.
+
+    Each distinct prompt is prefilled once (`forward.prefill`). Rows that have
+    emitted EOS are dropped from the batch (and the cache) once they make up a
+    quarter of it, so a group's short answers do not pay for its long ones.
+    """
+    device = next(model.parameters()).device
+    cache_kwarg = cache_argument(model)
+    prefix = prefill(model, prompt_ids, pad_id)
+    cache, logits = prefix.cache, prefix.last_logits
+    reserve_cache(cache, sampling.max_new_tokens)
+    attention_mask, next_position = prefix.attention_mask, prefix.next_position
+    batch, max_new = len(prompt_ids), sampling.max_new_tokens
+    all_tokens = torch.full((batch, max_new), pad_id, dtype=torch.long, device=device)
+    all_logprobs = torch.zeros((batch, max_new), dtype=torch.float32, device=device)
+    lengths = torch.zeros(batch, dtype=torch.long, device=device)
+    active = torch.arange(batch, device=device)  # original row of each batch row
+    finished = torch.zeros(batch, dtype=torch.bool, device=device)
+    for step in range(max_new):
+        tokens = _choose_tokens(logits, sampling, generator).masked_fill(finished, pad_id)
+        log_probs = torch.log_softmax(logits / temperature, dim=-1)
+        all_logprobs[active, step] = log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+        all_tokens[active, step] = tokens
+        lengths[active] += (~finished).long()
+        finished |= tokens == eos_id
+        if bool(finished.all()) or step == max_new - 1:
+            break
+        if 4 * int(finished.sum()) >= len(active) and hasattr(cache, "batch_select_indices"):
+            keep = (~finished).nonzero().squeeze(-1)
+            cache.batch_select_indices(keep)
+            active, tokens, finished = active[keep], tokens[keep], finished[keep]
+            attention_mask, next_position = attention_mask[keep], next_position[keep]
+        attention_mask = torch.cat([attention_mask, torch.ones_like(attention_mask[:, :1])], 1)
+        output = model(
+            input_ids=tokens.unsqueeze(-1),
+            attention_mask=attention_mask,
+            position_ids=next_position.unsqueeze(-1),
+            use_cache=True,
+            **{cache_kwarg: cache},
+        )
+        cache, logits = output_cache(output), output.logits[:, -1, :].float()
+        next_position = next_position + 1
+    sizes = lengths.tolist()
+    token_ids = [row[:size] for row, size in zip(all_tokens.tolist(), sizes, strict=True)]
+    return SampledBatch(
+        token_ids=token_ids,
+        logprobs=[row[:size] for row, size in zip(all_logprobs.tolist(), sizes, strict=True)],
+        stopped=[bool(ids) and ids[-1] == eos_id for ids in token_ids],
+    )
