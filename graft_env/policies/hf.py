@@ -107,9 +107,11 @@ class HFPolicy:
             )
 
     # -- sampling and scoring ----------------------------------------------------
-    def generate(
+    def encode_for_generation(
         self, prompts: Sequence[str], n: int, sampling: SamplingParams
-    ) -> list[list[Generation]]:
+    ) -> list[list[int]]:
+        """Prompt token ids, after checking `n` and that every prompt leaves room for
+        `max_new_tokens` (shared by every rollout backend)."""
         if n < 1:
             raise ValueError(f"{self.name}: n must be >= 1, got {n}")
         prompt_ids = [self.encode_prompt(p) for p in prompts]
@@ -117,6 +119,12 @@ class HFPolicy:
             self._check_length(
                 len(ids) + sampling.max_new_tokens, f"prompt {index} + max_new_tokens"
             )
+        return prompt_ids
+
+    def generate(
+        self, prompts: Sequence[str], n: int, sampling: SamplingParams
+    ) -> list[list[Generation]]:
+        prompt_ids = self.encode_for_generation(prompts, n, sampling)
         rows = [index for index in range(len(prompts)) for _ in range(n)]
         generator = torch.Generator(device=self.device).manual_seed(sampling.seed)
         groups: list[list[Generation]] = [[] for _ in prompts]

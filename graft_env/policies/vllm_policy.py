@@ -242,13 +242,7 @@ class VLLMPolicy(HFPolicy):
     ) -> list[list[Generation]]:
         import vllm
 
-        if n < 1:
-            raise ValueError(f"{self.name}: n must be >= 1, got {n}")
-        prompt_ids = [self.encode_prompt(p) for p in prompts]
-        for index, ids in enumerate(prompt_ids):
-            self._check_length(
-                len(ids) + sampling.max_new_tokens, f"prompt {index} + max_new_tokens"
-            )
+        prompt_ids = self.encode_for_generation(prompts, n, sampling)
         requests = [
             vllm.SamplingParams(
                 n=n,
