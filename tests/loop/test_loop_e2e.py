@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from loop_helpers import small_config
+from run_configs import small_config
 
 import algorithms
 from algorithms.loop import Trainer

@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from loop_helpers import small_config
+from run_configs import small_config
 
 from algorithms.loop import Trainer
 

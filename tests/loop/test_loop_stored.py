@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow.dataset as ds
 import pytest
-from loop_helpers import small_config
+from run_configs import small_config
 
 from algorithms.loop import Trainer
 from algorithms.store import StoreError

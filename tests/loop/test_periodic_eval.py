@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from loop_helpers import small_config
+from run_configs import small_config
 
 from algorithms.loop import Trainer
 from algorithms.periodic_eval import eval_sets

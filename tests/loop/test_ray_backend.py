@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import ray
-from loop_helpers import small_config
+from run_configs import small_config
 
 import algorithms
 from algorithms.loop import Trainer

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from loop_helpers import small_config
+from run_configs import small_config
 
 from algorithms.loop import Trainer
 from algorithms.run_config import ConfigError, config_from_dict

@@ -17,10 +17,10 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 import torch
+from run_configs import small_config
 
 import algorithms
 from algorithms.loop import Trainer, make_policies
-from algorithms.run_config import config_from_dict
 from algorithms.types import TrainBatch, TrainSequence
 from graft_env.policies import Generation, SamplingParams, load_policy
 from graft_env.policies.forward import response_logprobs
@@ -30,38 +30,17 @@ TOLERANCE = 1e-4  # fp32: vLLM's paged-attention forward vs the transformers tra
 PROBLEMS = ["Compute 12 + 35.", "Compute 7 * 8.", "Compute 12 + 35."]  # one prompt twice
 
 
-def _run_config(run_dir) -> dict:
-    """GRPO on tiny-a with vLLM rollouts, as a user's run config says it."""
-    return {
-        "agents": [
-            {
-                "name": "tiny-a",
-                "model": "tiny-a",
-                "options": {"rollout_backend": "vllm", "lr": 1e-3},
-            }
-        ],
-        "algorithm": "grpo",
-        "algorithm_options": {"n": 4, "num_minibatches": 2},
-        "env": {
-            "dataset": "procedural",
-            "split": "train",
-            "dataset_options": {"size": 40, "difficulty": 1},
-            "batch_size": 6,
-        },
-        "sampling": {"max_new_tokens": 64},
-        "steps": 1,
-        "run_dir": str(run_dir),
-        "checkpoint_every": 1,
-        "progress": False,
-        "tensorboard": False,
-    }
+def _run_config(run_dir):
+    """One GRPO step on tiny-a with vLLM rollouts, as a user's run config says it."""
+    options = {"rollout_backend": "vllm", "lr": 1e-3}
+    return small_config(run_dir, "grpo", agents=("tiny-a",), agent_options=options, steps=1)
 
 
 @pytest.fixture(scope="module")
 def tiny_a(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMPolicy]:
     """tiny-a (GPT-NeoX; vLLM serves it through its Transformers backend), built from a
     run config's agent options, as `graft train` builds it."""
-    config = config_from_dict(_run_config(tmp_path_factory.mktemp("run") / "grpo"))
+    config = _run_config(tmp_path_factory.mktemp("run") / "grpo")
     policy = make_policies(config)["tiny-a"]
     yield policy
     policy.close()
@@ -197,7 +176,7 @@ def test_load_puts_the_checkpoint_weights_into_the_engine(tiny_a, tmp_path):
 
 @pytest.mark.vllm
 def test_one_grpo_step_of_the_loop_with_vllm_rollouts(tiny_a, tmp_path):
-    config = config_from_dict(_run_config(tmp_path / "grpo"))
+    config = _run_config(tmp_path / "grpo")
     before = {k: v.clone() for k, v in tiny_a.model.state_dict().items()}
     [row] = Trainer(config, policies={"tiny-a": tiny_a}).train()
     assert row["agent"] == "tiny-a" and np.isfinite(row["loss"]) and row["tokens"] > 0

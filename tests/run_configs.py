@@ -1,5 +1,6 @@
-"""Run configs for the loop tests (a module of its own: conftest files can't be imported
-by name reliably when several test folders each have one)."""
+"""Small run configs shared by test folders (a module of its own: conftest files can't be
+imported by name reliably when several test folders each have one; tests/ is on sys.path
+because its conftest lives there)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,13 @@ from pathlib import Path
 from algorithms.run_config import config_from_dict
 
 
-def small_config(run_dir: Path, algorithm: str, agents=("tiny-a", "tiny-b"), **extra):
-    """A few-second run: 6 prompts x 4 samples, short responses, no progress bar."""
+def small_config(
+    run_dir: Path, algorithm: str, agents=("tiny-a", "tiny-b"), agent_options=None, **extra
+):
+    """A few-second run: 6 prompts x 4 samples, short responses, no progress bar;
+    `agent_options` go to every agent (e.g. `{"rollout_backend": "vllm"}`)."""
     data = {
-        "agents": [{"name": a, "model": a} for a in agents],
+        "agents": [{"name": a, "model": a, "options": dict(agent_options or {})} for a in agents],
         "algorithm": algorithm,
         "algorithm_options": {"n": 4, "num_minibatches": 2, **extra.pop("options", {})},
         "env": {
