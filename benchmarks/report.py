@@ -22,7 +22,7 @@ from graft_env.policies.base import FINISH_REASONS
 from graft_env.rewards import STATUSES
 
 if TYPE_CHECKING:
-    from benchmarks.evaluate import EvalResult, Sample
+    from benchmarks.evaluate import BenchmarkResult, EvalResult, Sample
 
 PACKAGES = ("torch", "transformers", "math-verify", "numpy", "graft-rlvr")
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -63,23 +63,32 @@ def run_provenance() -> dict[str, Any]:
     }
 
 
+def _benchmark_figures(
+    name: str, bench: BenchmarkResult, summary: dict[str, float]
+) -> dict[str, Any]:
+    """The per-benchmark numbers that both the JSON and the CSV report carry."""
+    return {
+        "n_problems": len(bench.problem_ids),
+        "pass@1": summary[f"{name}/pass@1"],
+        "pass@1_std": summary[f"{name}/pass@1_std"],
+        "pass@k": bench.pass_at_k,
+        "all_fail": bench.all_fail_share,
+        "generated_tokens": bench.generated_tokens,
+        "generation_seconds": bench.generation_seconds,
+        "verification_seconds": bench.verification_seconds,
+    }
+
+
 def result_dict(result: EvalResult) -> dict[str, Any]:
     """The whole result except the samples, as JSON-ready plain data."""
     summary = result.summary()
     benchmarks = {}
     for name, bench in result.benchmarks.items():
         benchmarks[name] = {
-            "n_problems": len(bench.problem_ids),
-            "pass@1": summary[f"{name}/pass@1"],
-            "pass@1_std": summary[f"{name}/pass@1_std"],
+            **_benchmark_figures(name, bench, summary),
             "pass@1_per_repeat": bench.pass_at_1_per_repeat,
-            "pass@k": bench.pass_at_k,
-            "all_fail": bench.all_fail_share,
             "status_counts": bench.status_counts,
             "finish_reasons": bench.finish_reasons,
-            "generated_tokens": bench.generated_tokens,
-            "generation_seconds": bench.generation_seconds,
-            "verification_seconds": bench.verification_seconds,
             "problem_ids": bench.problem_ids,
             "successes": bench.successes,
         }
@@ -125,14 +134,7 @@ def csv_rows(result: EvalResult) -> list[dict[str, Any]]:
         rows.append(
             {
                 "benchmark": name,
-                "n_problems": len(bench.problem_ids),
-                "pass@1": summary[f"{name}/pass@1"],
-                "pass@1_std": summary[f"{name}/pass@1_std"],
-                "pass@k": bench.pass_at_k,
-                "all_fail": bench.all_fail_share,
-                "generated_tokens": bench.generated_tokens,
-                "generation_seconds": bench.generation_seconds,
-                "verification_seconds": bench.verification_seconds,
+                **_benchmark_figures(name, bench, summary),
                 **{f"status_{status}": bench.status_counts[status] for status in STATUSES},
                 **{f"finish_{reason}": bench.finish_reasons[reason] for reason in FINISH_REASONS},
                 **run_columns,
