@@ -13,7 +13,14 @@ usual causes of RL runs that drift instead:
 - reward hacking: the share of rewarded samples whose extracted answer is a
   constant guess (the most common correct answer of the test set).
 
-    python -m benchmarks.learning_check [--model tiny-a] [--steps 30] [--seeds 0 1 2]
+    python -m benchmarks.learning_check [--model tiny-a] [--skills addition] [--seeds 0 1 2]
+
+The default skill is addition: at difficulty 1 it has the largest question space of
+tiny-a's skills (about 1,500 distinct questions in a 2,000-problem "train" pool, where
+multiplication has under 300), so 80 steps x 16 prompts rarely repeat a question and a
+rise of the training reward cannot come from recalling answers. On the small spaces
+(multiplication, linear_equation) the training reward rises while held-out pass@1
+stays flat: the model learns the questions it trained on, not the skill.
 """
 
 from __future__ import annotations
@@ -62,13 +69,13 @@ def pass_at_1(policy, sets, k: int, seed: int, max_new_tokens: int) -> tuple[flo
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="tiny-a")
-    parser.add_argument("--skills", nargs="+", default=["multiplication", "linear_equation"])
+    parser.add_argument("--skills", nargs="+", default=["addition"])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--steps", type=int, default=80)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--lr", type=float, default=1e-4)
     parser.add_argument("--train-problems", type=int, default=2000, help="training pool size")
-    parser.add_argument("--eval-problems", type=int, default=48, help="per skill")
+    parser.add_argument("--eval-problems", type=int, default=200, help="per skill")
     parser.add_argument("--k", type=int, default=8)
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2)
