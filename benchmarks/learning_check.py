@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from algorithms.loop import Trainer
-from algorithms.run_config import config_from_dict
+from benchmarks.bench_runs import procedural_run
 from benchmarks.evaluate import evaluate
 from graft_env.data import load
 from graft_env.policies import SamplingParams, load_policy
@@ -91,27 +91,21 @@ def main() -> None:
             policy = load_policy(args.model, lr=args.lr)
             mismatch = logprob_mismatch(policy, sets[args.skills[0]][:8])
             before, _ = pass_at_1(policy, sets, args.k, seed, args.max_new_tokens)
-            config = config_from_dict(
-                {
-                    "agents": [{"name": args.model, "model": args.model}],
-                    "algorithm": "grpo",
-                    "algorithm_options": {"n": 8, "num_minibatches": 2},
-                    "env": {
-                        "dataset": "procedural",
-                        "dataset_options": {
-                            "skills": args.skills,
-                            "size": args.train_problems,
-                            "difficulty": 1,
-                        },
-                        "batch_size": args.batch_size,
-                    },
-                    "sampling": {"max_new_tokens": args.max_new_tokens},
-                    "steps": args.steps,
-                    "seed": seed,
-                    "run_dir": str(Path(tmp) / f"seed{seed}"),
-                    "checkpoint_every": args.steps,
-                    "tensorboard": False,
-                }
+            config = procedural_run(
+                [{"name": args.model, "model": args.model}],
+                "grpo",
+                Path(tmp) / f"seed{seed}",
+                steps=args.steps,
+                batch_size=args.batch_size,
+                n=8,
+                max_new_tokens=args.max_new_tokens,
+                dataset_options={
+                    "skills": args.skills,
+                    "size": args.train_problems,
+                    "difficulty": 1,
+                },
+                seed=seed,
+                progress=True,
             )
             rewards = [row["reward_mean"] for row in Trainer(config, {args.model: policy}).train()]
             after, guessed = pass_at_1(policy, sets, args.k, seed, args.max_new_tokens)

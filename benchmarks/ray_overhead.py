@@ -31,10 +31,10 @@ import torch
 from algorithms.loop import Trainer, make_policies
 from algorithms.ray.cluster import connect
 from algorithms.ray_backend import RayPolicy, TrafficMeter, parse_ray_options
-from algorithms.run_config import TrainConfig, config_from_dict
+from algorithms.run_config import TrainConfig
+from benchmarks.bench_runs import procedural_run
+from benchmarks.step_time import PHASES
 from graft_env.policies import SamplingParams
-
-PHASES = ("rollout", "verify", "exchange", "scoring", "update")
 
 
 def make_config(backend: str, run_dir: Path, args: argparse.Namespace) -> TrainConfig:
@@ -42,25 +42,17 @@ def make_config(backend: str, run_dir: Path, args: argparse.Namespace) -> TrainC
         {"name": Path(m).name, "model": m, "options": {"lr": 1e-4, "generation_batch_size": 64}}
         for m in args.models
     ]
-    return config_from_dict(
-        {
-            "agents": agents,
-            "algorithm": "graft",
-            "algorithm_options": {"n": args.n, "num_minibatches": 2},
-            "env": {
-                "dataset": "procedural",
-                "dataset_options": {"size": 200},
-                "batch_size": args.batch_size,
-            },
-            "sampling": {"max_new_tokens": args.max_new_tokens},
-            "steps": args.steps + 1,
-            "run_dir": str(run_dir),
-            "checkpoint_every": args.steps + 1,
-            "progress": False,
-            "tensorboard": False,
-            "backend": backend,
-            "ray": {"torch_threads": args.threads} if backend == "ray" else {},
-        }
+    return procedural_run(
+        agents,
+        "graft",
+        run_dir,
+        steps=args.steps + 1,
+        batch_size=args.batch_size,
+        n=args.n,
+        max_new_tokens=args.max_new_tokens,
+        dataset_options={"size": 200},
+        backend=backend,
+        ray={"torch_threads": args.threads} if backend == "ray" else {},
     )
 
 

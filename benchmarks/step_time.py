@@ -18,30 +18,23 @@ from pathlib import Path
 import torch
 
 from algorithms.loop import Trainer
-from algorithms.run_config import config_from_dict
+from benchmarks.bench_runs import procedural_run
 
 PHASES = ("rollout", "verify", "exchange", "scoring", "update")
 
 
 def run_once(algorithm: str, run_dir: Path, args: argparse.Namespace) -> list[dict[str, float]]:
     """Per-step phase times of one fresh run."""
-    config = config_from_dict(
-        {
-            "agents": [{"name": m, "model": m, "options": {"lr": 1e-4}} for m in args.models],
-            "algorithm": algorithm,
-            "algorithm_options": {"n": args.n, "num_minibatches": 2},
-            "env": {
-                "dataset": "procedural",
-                "dataset_options": {"size": 500},
-                "batch_size": args.batch_size,
-            },
-            "sampling": {"max_new_tokens": args.max_new_tokens},
-            "steps": args.steps,
-            "run_dir": str(run_dir),
-            "checkpoint_every": args.steps,
-            "progress": False,
-            "tensorboard": False,
-        }
+    agents = [{"name": m, "model": m, "options": {"lr": 1e-4}} for m in args.models]
+    config = procedural_run(
+        agents,
+        algorithm,
+        run_dir,
+        steps=args.steps,
+        batch_size=args.batch_size,
+        n=args.n,
+        max_new_tokens=args.max_new_tokens,
+        dataset_options={"size": 500},
     )
     trainer = Trainer(config)
     steps = []
