@@ -236,10 +236,14 @@ class Trainer:
                 stored.logprobs,
                 rewards[self.peer.agent],
             )
+        # what this step sampled, refills included (the compute tables count these)
+        sampled = {name: sum(map(len, gens)) for name, gens in generations.items()}
         if self.algorithm.config.dynamic_sampling:
             with _timed(timings, "refill"):
                 for index, name in enumerate(live):
-                    rollouts[name] = self._refill(t, index, rollouts[name], statuses[name])
+                    rollouts[name], sampled[name] = self._refill(
+                        t, index, rollouts[name], statuses[name], sampled[name]
+                    )
 
         rng = step_rng(cfg.seed, t)
         with _timed(timings, "exchange"):
@@ -269,6 +273,8 @@ class Trainer:
                 self.store.write(self.run_dir.name, t, rollouts[name], statuses[name], name)
         record = StepRecord(t, rollouts, statuses, transfers, batches, update_metrics, timings)
         record.metrics = self._step_metrics(record, step_infos, stored)
+        for name, count in sampled.items():
+            record.metrics[name]["rollouts_generated"] = float(count)
         self.step += 1
         return record
 
@@ -299,14 +305,15 @@ class Trainer:
         return lambda: groups
 
     def _refill(
-        self, t: int, index: int, rollouts: AgentRollouts, statuses: list[str]
-    ) -> AgentRollouts:
+        self, t: int, index: int, rollouts: AgentRollouts, statuses: list[str], sampled: int
+    ) -> tuple[AgentRollouts, int]:
         """Dynamic sampling (DAPO): draw extra prompts until the batch has `batch_size`
         informative groups (0 < k < n) or `dynamic_max_rounds` rounds are spent.
 
         Refill prompts come from their own deterministic stream (seeded by run seed
         and step), so resumed runs refill identically. Kept refill groups are
-        appended; `statuses` is extended in place to match.
+        appended; `statuses` is extended in place to match. Returns the rollouts and
+        `sampled` plus every response the refills generated, kept or not.
         """
         cfg, n, name = self.config, self.algorithm.config.n, rollouts.agent
         need = cfg.env.batch_size - int(np.count_nonzero((rollouts.k > 0) & (rollouts.k < n)))
@@ -319,6 +326,7 @@ class Trainer:
             )
             prompts = self.env.prompts_for(name, indices)
             gens = self._generate(name, index, prompts, sampling_seed(cfg.seed, t, index, round_))
+            sampled += sum(map(len, gens))
             rewards, infos = self.env.score_groups(indices, {name: _texts(gens)})
             ids = [self.env.problems[i].id for i in indices]
             extra = _rollouts(name, ids, prompts, gens, rewards[name])
@@ -326,7 +334,7 @@ class Trainer:
             rollouts = append_groups(rollouts, extra, keep)
             statuses += [infos[name]["statuses"][p * n + i] for p in keep for i in range(n)]
             need -= len(keep)
-        return rollouts
+        return rollouts, sampled
 
     def _read_peer(self, t: int, prompt_ids: Sequence[str]):
         stored = self.peer_store.read(t, self.peer.agent, self.algorithm.config.n)

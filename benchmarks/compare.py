@@ -60,7 +60,8 @@ def _write_json(path: Path, data: Mapping[str, Any]) -> None:
 
 
 def _train_counts(run_dir: Path, agents: tuple[str, ...]) -> dict[str, list[dict[str, Any]]]:
-    """Per agent and step: prompt ids and success counts k, from the trajectory store."""
+    """Per agent and step: prompt ids and success counts k of the groups it trained on,
+    from the trajectory store."""
     root = run_dir / "trajectories"
     if not root.is_dir():
         return {agent: [] for agent in agents}
@@ -69,9 +70,8 @@ def _train_counts(run_dir: Path, agents: tuple[str, ...]) -> dict[str, list[dict
     )
     counts: dict[tuple[str, int], dict[int, list]] = defaultdict(dict)
     for agent, step, index, prompt_id, reward in zip(*table.to_pydict().values(), strict=True):
-        group = counts[(agent, step)].setdefault(index, [prompt_id, 0, 0])
+        group = counts[(agent, step)].setdefault(index, [prompt_id, 0])
         group[1] += int(reward == 1.0)
-        group[2] += 1
     out: dict[str, list[dict[str, Any]]] = {agent: [] for agent in agents}
     for (agent, step), groups in sorted(counts.items()):
         ordered = [groups[i] for i in sorted(groups)]
@@ -80,7 +80,6 @@ def _train_counts(run_dir: Path, agents: tuple[str, ...]) -> dict[str, list[dict
                 "step": step,
                 "prompt_ids": [g[0] for g in ordered],
                 "k": [g[1] for g in ordered],
-                "rollouts": sum(g[2] for g in ordered),
             }
         )
     return out
@@ -112,14 +111,15 @@ def run_summary(cell: Cell, checkpoint: str) -> dict[str, dict[str, Any]]:
             for key, seconds in row.items()
             if key.startswith("time/") and key != "time/eval"
         ]
-        rollouts = [c["rollouts"] for c in counts[agent] if c["step"] < completed]
+        # sampled responses, not stored ones: dynamic sampling discards some it drew
+        rollouts = [row["rollouts_generated"] for row in mine if row["step"] < completed]
         evals = [row for row in mine if EVAL_METRIC in row]
         out[agent] = {
             "checkpoint": str(path),
             "checkpoint_steps": completed,
             "best": best,
             "train_seconds_to_checkpoint": sum(phases),  # phases are per step, shared
-            "rollouts_to_checkpoint": sum(rollouts) if counts[agent] else None,
+            "rollouts_to_checkpoint": sum(rollouts),
             "curves": {
                 # reward of step t's rollouts: the policy after t updates
                 "step": [row["step"] for row in mine],

@@ -187,7 +187,7 @@ def curve_records() -> list[dict]:
             }
             k = [0, 3] if agent == "tiny-a" else [2, 0]
             model["train_counts"] = [
-                {"step": step, "prompt_ids": ["p", "q"], "k": k, "rollouts": 8} for step in (0, 1)
+                {"step": step, "prompt_ids": ["p", "q"], "k": k} for step in (0, 1)
             ]
     return cell_records(made)
 

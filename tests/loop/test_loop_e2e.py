@@ -89,3 +89,22 @@ def test_transferred_groups_reach_the_receivers_loss(name, tmp_path, fresh_polic
             assert seen_by_loss == admitted
             transferred += len(admitted)
     assert transferred > 0, "no exchange happened in 4 steps: the test pair is not complementary"
+
+
+def test_rollout_count_includes_the_responses_dynamic_sampling_discards(tmp_path, fresh_policies):
+    """The metrics row counts every sampled response (the compare harness's compute table
+    sums it), so a refill round adds a whole batch even when it keeps few groups."""
+    batch, n = 6, 4
+    plain, dynamic = (
+        Trainer(
+            small_config(tmp_path / name, name, agents=("tiny-a",), steps=1),
+            policies=fresh_policies("tiny-a"),
+        ).train()[0]
+        for name in ("grpo", "grpo-dynamic")
+    )
+    assert plain["rollouts_generated"] == batch * n
+    # step 0 samples the same first batch in both runs; refills start where it falls short
+    informative = round(batch * (1 - plain["all_fail_share"] - plain["all_pass_share"]))
+    rounds, rest = divmod(dynamic["rollouts_generated"], batch * n)
+    assert rest == 0
+    assert rounds >= 2 if informative < batch else rounds == 1
