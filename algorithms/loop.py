@@ -236,14 +236,12 @@ class Trainer:
                 stored.logprobs,
                 rewards[self.peer.agent],
             )
-        # what this step sampled, refills included (the compute tables count these)
         sampled = {name: sum(map(len, gens)) for name, gens in generations.items()}
         if self.algorithm.config.dynamic_sampling:
             with _timed(timings, "refill"):
                 for index, name in enumerate(live):
-                    rollouts[name], sampled[name] = self._refill(
-                        t, index, rollouts[name], statuses[name], sampled[name]
-                    )
+                    rollouts[name], drawn = self._refill(t, index, rollouts[name], statuses[name])
+                    sampled[name] += drawn
 
         rng = step_rng(cfg.seed, t)
         with _timed(timings, "exchange"):
@@ -272,9 +270,7 @@ class Trainer:
             for name in live:
                 self.store.write(self.run_dir.name, t, rollouts[name], statuses[name], name)
         record = StepRecord(t, rollouts, statuses, transfers, batches, update_metrics, timings)
-        record.metrics = self._step_metrics(record, step_infos, stored)
-        for name, count in sampled.items():
-            record.metrics[name]["rollouts_generated"] = float(count)
+        record.metrics = self._step_metrics(record, step_infos, stored, sampled)
         self.step += 1
         return record
 
@@ -305,7 +301,7 @@ class Trainer:
         return lambda: groups
 
     def _refill(
-        self, t: int, index: int, rollouts: AgentRollouts, statuses: list[str], sampled: int
+        self, t: int, index: int, rollouts: AgentRollouts, statuses: list[str]
     ) -> tuple[AgentRollouts, int]:
         """Dynamic sampling (DAPO): draw extra prompts until the batch has `batch_size`
         informative groups (0 < k < n) or `dynamic_max_rounds` rounds are spent.
@@ -313,10 +309,11 @@ class Trainer:
         Refill prompts come from their own deterministic stream (seeded by run seed
         and step), so resumed runs refill identically. Kept refill groups are
         appended; `statuses` is extended in place to match. Returns the rollouts and
-        `sampled` plus every response the refills generated, kept or not.
+        the number of responses the refills generated, kept or not.
         """
         cfg, n, name = self.config, self.algorithm.config.n, rollouts.agent
         need = cfg.env.batch_size - int(np.count_nonzero((rollouts.k > 0) & (rollouts.k < n)))
+        drawn = 0
         stream = refill_seed(cfg.seed, t)
         for round_ in range(1, cfg.dynamic_max_rounds + 1):
             if need <= 0:
@@ -326,7 +323,7 @@ class Trainer:
             )
             prompts = self.env.prompts_for(name, indices)
             gens = self._generate(name, index, prompts, sampling_seed(cfg.seed, t, index, round_))
-            sampled += sum(map(len, gens))
+            drawn += sum(map(len, gens))
             rewards, infos = self.env.score_groups(indices, {name: _texts(gens)})
             ids = [self.env.problems[i].id for i in indices]
             extra = _rollouts(name, ids, prompts, gens, rewards[name])
@@ -334,7 +331,7 @@ class Trainer:
             rollouts = append_groups(rollouts, extra, keep)
             statuses += [infos[name]["statuses"][p * n + i] for p in keep for i in range(n)]
             need -= len(keep)
-        return rollouts, sampled
+        return rollouts, drawn
 
     def _read_peer(self, t: int, prompt_ids: Sequence[str]):
         stored = self.peer_store.read(t, self.peer.agent, self.algorithm.config.n)
@@ -356,7 +353,9 @@ class Trainer:
 
         return score
 
-    def _step_metrics(self, record: StepRecord, step_infos, stored) -> dict[str, dict[str, float]]:
+    def _step_metrics(
+        self, record: StepRecord, step_infos, stored, sampled: dict[str, int]
+    ) -> dict[str, dict[str, float]]:
         out = {
             name: agent_step_metrics(
                 name,
@@ -366,6 +365,7 @@ class Trainer:
                 self.algorithm.last_batch_stats.get(name, {}),
                 self.algorithm.last_exchange_stats,
                 record.timings,
+                sampled[name],
             )
             for name in self.policies
         }

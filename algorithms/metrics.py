@@ -66,14 +66,19 @@ def agent_step_metrics(
     batch_stats: Mapping[str, int],
     exchange: ExchangeStats,
     timings: Mapping[str, float],
+    sampled: int,
 ) -> dict[str, float]:
     """Everything logged for one agent and step: rollouts, update, batch, exchange, time.
+
+    `sampled` is every response generated for the agent this step, including those
+    dynamic sampling drew and discarded (the rollouts hold only the kept ones).
 
     Exchange counts are those of the directions this agent receives in (plus
     strategy-wide extras); s and w are summarised as distributions; clipped-token
     shares are given separately for the agent's own and its peers' tokens.
     """
     metrics = rollout_metrics(rollouts, status_counts)
+    metrics["rollouts_generated"] = float(sampled)
     metrics.update(update_metrics)
     for kind in ("own", "peer"):
         tokens = metrics.get(f"loss_fn/{kind}_tokens", 0.0)
