@@ -18,7 +18,7 @@ from graft_env.policies.sft import SFTConfig
 from graft_env.policies.tiny_models import TinyShape
 from graft_env.policies.tiny_tokenizer import CHATML_STYLE, PLAIN_STYLE, TokenizerSpec
 
-BUILD_VERSION = 2  # bump when the build procedure changes what it produces
+BUILD_VERSION = 3  # bump when the build procedure changes what it produces
 
 
 @dataclass(frozen=True)

@@ -134,3 +134,15 @@ def test_bad_generate_arguments() -> None:
         DatasetError, match=r"split must be one of \['sft', 'train', 'test'\], got 'dev'"
     ):
         generate("gcd", 0, split="dev")
+
+
+@pytest.mark.parametrize("skill", SKILLS)
+def test_no_answer_is_common_enough_to_guess(skill: str) -> None:
+    """A constant guess scores at most 5 % at any level (the issue's reward-hacking
+    guard): small answer spaces, such as remainders of small moduli, fail this."""
+    for level in range(1, 6):
+        answers = collections.Counter(
+            generate(skill, index, split="test", difficulty=level).answer for index in range(2000)
+        )
+        answer, count = answers.most_common(1)[0]
+        assert count / 2000 <= 0.05, (skill, level, answer, count)

@@ -131,11 +131,13 @@ def _multiplication_range(level: int) -> tuple[int, int]:
     return a_low * b_low, a_high * b_high
 
 
-# modular: a mod m (levels 1-2), (a*b) mod m (levels 3-5); m from 11 up. For a
-# product the modulus is prime and neither factor a multiple of it, so the answer
-# is spread over 1..m-1 instead of piling up at 0 (zero divisors of composite m).
-def _largest_modulus(level: int) -> int:
-    return 10 + 10 * level
+# modular: a mod m with a quotient of `level` digits (levels 1-2), (a*b) mod m
+# (levels 3-5). For a product the modulus is prime and neither factor a multiple of
+# it, so the answer is spread over 1..m-1 instead of piling up at 0 (zero divisors
+# of composite m). Moduli start at 20 (23 for primes): small moduli make small
+# residues common enough to guess.
+# level -> (smallest modulus, largest modulus)
+_MODULI = {1: (20, 49), 2: (20, 99), 3: (23, 60), 4: (23, 80), 5: (23, 99)}
 
 
 def _is_prime(number: int) -> bool:
@@ -153,14 +155,16 @@ def _operand(rng: random.Random, digits: int, modulus: int) -> int:
 
 def _modular(rng: random.Random, level: int) -> Item:
     if level <= 2:
-        modulus = rng.randint(11, _largest_modulus(level))
-        low, high = _digits(level + 1)
-        a = rng.randint(max(low, modulus + 1), high)
+        # Remainder and quotient are drawn, not a: drawing a favours small remainders.
+        modulus = rng.randint(*_MODULI[level])
+        remainder = rng.randrange(modulus)
+        a = rng.randint(*_digits(level)) * modulus + remainder
         question, result = f"Compute {a} mod {modulus}.", a % modulus
         expression = f"{a} mod {modulus}"
         lines = [_division_line(a, modulus)]
     else:
-        primes = [n for n in range(11, _largest_modulus(level) + 1) if _is_prime(n)]
+        low, high = _MODULI[level]
+        primes = [n for n in range(low, high + 1) if _is_prime(n)]
         modulus = rng.choice(primes)
         a, b = _operand(rng, level + 1, modulus), _operand(rng, level - 1, modulus)
         product = (a % modulus) * (b % modulus)
@@ -177,14 +181,14 @@ def _modular(rng: random.Random, level: int) -> Item:
 
 
 def _modular_range(level: int) -> tuple[int, int]:
-    return 0, _largest_modulus(level) - 1
+    return 0, _MODULI[level][1] - 1
 
 
 # linear_equation: a*x + b = c; sizes grow and signs appear with the level
 # level -> (largest |a|, lowest x, highest x, largest |b|)
 _LINEAR_SIZES = {
-    1: (9, 1, 20, 20),
-    2: (12, 1, 50, 99),
+    1: (9, 1, 40, 20),
+    2: (12, 1, 99, 99),
     3: (19, -50, 99, 99),
     4: (29, -200, 200, 999),
     5: (49, -500, 500, 9999),
@@ -211,7 +215,7 @@ def _linear_equation_range(level: int) -> tuple[int, int]:
 
 # gcd: g*p and g*q with p, q coprime, so the answer g is spread, not mostly 1
 # level -> (largest g, largest cofactor)
-_GCD_SIZES = {1: (15, 12), 2: (30, 30), 3: (60, 60), 4: (99, 150), 5: (199, 400)}
+_GCD_SIZES = {1: (40, 9), 2: (50, 30), 3: (60, 60), 4: (99, 150), 5: (199, 400)}
 
 
 def _gcd(rng: random.Random, level: int) -> Item:
