@@ -6,8 +6,10 @@ against a bare step (forward, log-softmax, gather, a token-mean surrogate,
 backward, clip, AdamW) on the same padded tensors. Reported as tokens/s and the
 ratio bare / policy (target: overhead <= 10 %). Each measurement is the best of
 `--repeats` interleaved runs, because the 2 shared cores make single runs noisy.
+On CUDA every timing waits for the device (`torch.cuda.synchronize`) before the clock.
 
     python -m benchmarks.policy_throughput [--model DIR] [--prompts 16 --n 4]
+        [--device cuda --dtype bfloat16]
 """
 
 from __future__ import annotations
@@ -23,8 +25,9 @@ import torch
 
 import algorithms
 from algorithms.types import TrainBatch, TrainSequence
-from graft_env.policies import HFPolicy, HFPolicyOptions, SamplingParams
+from graft_env.policies import Generation, HFPolicy, HFPolicyOptions, SamplingParams
 from graft_env.policies.forward import pack_prompt_response, position_ids_from_mask
+from graft_env.policies.hf_options import DTYPES
 from graft_env.policies.tiny_models import TinyShape, build_model
 from graft_env.policies.tiny_tokenizer import PLAIN_STYLE, train_tokenizer
 
@@ -41,10 +44,18 @@ def _random_tiny_model(directory: Path) -> Path:
     return directory
 
 
-def _timed(run: Callable[[], int]) -> tuple[float, int]:
+def synchronize(device: str | torch.device) -> None:
+    """Wait for queued kernels on a CUDA device, so the clock sees the work; no-op elsewhere."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _timed(run: Callable[[], int], device: str | torch.device = "cpu") -> tuple[float, int]:
     """(seconds, tokens processed) of one call."""
+    synchronize(device)
     started = time.perf_counter()
     tokens = run()
+    synchronize(device)
     return time.perf_counter() - started, tokens
 
 
@@ -66,14 +77,19 @@ def _bare_generate(policy: HFPolicy, prompts: list[str], n: int, max_new: int) -
     return int((new != policy.pad_id).sum())
 
 
-def _train_batch(policy: HFPolicy, prompts: list[str], n: int, max_new: int) -> TrainBatch:
-    groups = policy.generate(prompts, n, SamplingParams(max_new_tokens=max_new, seed=1))
+def grpo_batch(agent: str, prompts: list[str], groups: list[list[Generation]]) -> TrainBatch:
+    """One minibatch of every generation, advantages alternating -0.5 / +0.5 in a group."""
     sequences = [
         TrainSequence(p, g.token_ids, g.logprobs, advantage=float(i % 2) - 0.5)
         for p, group in enumerate(groups)
         for i, g in enumerate(group)
     ]
-    return TrainBatch(policy.name, prompts, sequences, [list(range(len(sequences)))])
+    return TrainBatch(agent, prompts, sequences, [list(range(len(sequences)))])
+
+
+def _train_batch(policy: HFPolicy, prompts: list[str], n: int, max_new: int) -> TrainBatch:
+    groups = policy.generate(prompts, n, SamplingParams(max_new_tokens=max_new, seed=1))
+    return grpo_batch(policy.name, prompts, groups)
 
 
 def _bare_train_step(policy: HFPolicy, batch: TrainBatch, optimizer: torch.optim.Optimizer) -> int:
@@ -88,7 +104,8 @@ def _bare_train_step(policy: HFPolicy, batch: TrainBatch, optimizer: torch.optim
         .float()
     )
     logp = torch.log_softmax(logits, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    advantages = torch.tensor([s.advantage for s in batch.sequences])[:, None]
+    advantages = torch.tensor([s.advantage for s in batch.sequences], device=policy.device)
+    advantages = advantages[:, None]
     loss = -(torch.exp(logp - logp.detach()) * advantages * target_mask).sum() / target_mask.sum()
     optimizer.zero_grad()
     loss.backward()
@@ -97,8 +114,17 @@ def _bare_train_step(policy: HFPolicy, batch: TrainBatch, optimizer: torch.optim
     return int(target_mask.sum())
 
 
-def measure(model_dir: Path, prompts: int, n: int, max_new: int, repeats: int) -> dict:
-    policy = HFPolicy(model_dir, options=HFPolicyOptions(generation_batch_size=prompts * n))
+def measure(
+    model_dir: Path,
+    prompts: int,
+    n: int,
+    max_new: int,
+    repeats: int,
+    device: str = "cpu",
+    dtype: str = "float32",
+) -> dict:
+    options = HFPolicyOptions(generation_batch_size=prompts * n, device=device, dtype=dtype)
+    policy = HFPolicy(model_dir, options=options)
     texts = [policy.format_prompt(p) for p in PROBLEMS[:prompts]]
     sampling = SamplingParams(max_new_tokens=max_new, seed=0)
 
@@ -120,7 +146,7 @@ def measure(model_dir: Path, prompts: int, n: int, max_new: int, repeats: int) -
         timings = {"policy": (float("inf"), 0), "bare": (float("inf"), 0)}
         for _ in range(repeats):  # interleave so load spikes hit both alike
             for name, run in (("policy", ours), ("bare", bare)):
-                seconds, tokens = _timed(run)
+                seconds, tokens = _timed(run, device)
                 timings[name] = (min(timings[name][0], seconds), tokens)
         rates = {name: tokens / seconds for name, (seconds, tokens) in timings.items()}
         results[label] = {
@@ -139,12 +165,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--device", default="cpu", help='torch device ("cpu", "cuda", ...)')
+    parser.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
     parser.add_argument("--json", type=Path, default=None, help="also write results here")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as scratch:
         model_dir = args.model or _random_tiny_model(Path(scratch) / "tiny")
-        results = measure(model_dir, args.prompts, args.n, args.max_new_tokens, args.repeats)
+        results = measure(
+            model_dir,
+            args.prompts,
+            args.n,
+            args.max_new_tokens,
+            args.repeats,
+            device=args.device,
+            dtype=args.dtype,
+        )
     print(f"{'':<12}{'policy tok/s':>14}{'bare tok/s':>14}{'overhead':>10}")
     for label, row in results.items():
         print(

@@ -5,7 +5,12 @@ prompt stream (GRPO: each policy on its own groups, no exchange). Runs alternate
 (GRPO, GRAFT, GRPO, ...) so drift of a shared machine hits both alike; the report
 gives the median seconds per phase and the ratio GRAFT / GRPO of whole steps.
 
+The loop times its phases itself; each phase ends on host values (token lists,
+float losses), and on CUDA the benchmark also waits for the device after every
+step, so no queued kernel is counted in the next step.
+
     python -m benchmarks.step_time [--pairs 3] [--steps 3] [--batch-size 16]
+        [--device cuda --dtype bfloat16]
 """
 
 from __future__ import annotations
@@ -19,13 +24,16 @@ import torch
 
 from algorithms.loop import Trainer
 from benchmarks.bench_runs import procedural_run
+from benchmarks.policy_throughput import synchronize
+from graft_env.policies.hf_options import DTYPES
 
 PHASES = ("rollout", "verify", "exchange", "scoring", "update")
 
 
 def run_once(algorithm: str, run_dir: Path, args: argparse.Namespace) -> list[dict[str, float]]:
     """Per-step phase times of one fresh run."""
-    agents = [{"name": m, "model": m, "options": {"lr": 1e-4}} for m in args.models]
+    options = {"lr": 1e-4, "device": args.device, "dtype": args.dtype}
+    agents = [{"name": m, "model": m, "options": dict(options)} for m in args.models]
     config = procedural_run(
         agents,
         algorithm,
@@ -39,8 +47,10 @@ def run_once(algorithm: str, run_dir: Path, args: argparse.Namespace) -> list[di
     trainer = Trainer(config)
     steps = []
     trainer.open()
+    synchronize(args.device)
     while trainer.step < config.steps:
         record = trainer.run_step()
+        synchronize(args.device)
         times = {phase: record.timings.get(phase, 0.0) for phase in PHASES}
         times["step"] = sum(record.timings.values())
         steps.append(times)
@@ -56,6 +66,8 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--models", nargs=2, default=["tiny-a", "tiny-b"])
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu", help='torch device ("cpu", "cuda", ...)')
+    parser.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     times: dict[str, list[dict[str, float]]] = {"grpo": [], "graft": []}
