@@ -12,6 +12,7 @@ Dropout is switched off at load time (see `hf_options`). Every random draw comes
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 from collections.abc import Sequence
@@ -24,7 +25,13 @@ from algorithms.types import ScoredText, TrainBatch
 from graft_env.policies.base import Generation, LossFn, SamplingParams
 from graft_env.policies.forward import response_logprobs
 from graft_env.policies.generation import sample
-from graft_env.policies.hf_options import HFPolicyOptions, load_model, load_tokenizer
+from graft_env.policies.hf_options import (
+    DTYPES,
+    HALF_PRECISION_MIN_LR,
+    HFPolicyOptions,
+    load_model,
+    load_tokenizer,
+)
 from graft_env.policies.training import OptimStep, optimise
 from graft_env.prompts import format_prompt
 
@@ -67,6 +74,13 @@ class HFPolicy:
             betas=self.options.betas,
             weight_decay=self.options.weight_decay,
         )
+
+    def compute_precision(self) -> contextlib.AbstractContextManager:
+        """The context every model forward runs in: `torch.autocast` under the
+        `autocast` option (mixed precision), else nothing."""
+        if self.options.autocast is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=DTYPES[self.options.autocast])
 
     # -- text <-> tokens ---------------------------------------------------------
     def format_prompt(self, problem: str) -> str:
@@ -131,15 +145,16 @@ class HFPolicy:
         size = self.options.generation_batch_size
         for start in range(0, len(rows), size):
             chunk = rows[start : start + size]
-            sampled = sample(
-                self.model,
-                [prompt_ids[i] for i in chunk],
-                sampling,
-                eos_id=self.eos_id,
-                pad_id=self.pad_id,
-                temperature=self.temperature,
-                generator=generator,
-            )
+            with self.compute_precision():
+                sampled = sample(
+                    self.model,
+                    [prompt_ids[i] for i in chunk],
+                    sampling,
+                    eos_id=self.eos_id,
+                    pad_id=self.pad_id,
+                    temperature=self.temperature,
+                    generator=generator,
+                )
             for index, ids, logprobs, stopped in zip(
                 chunk, sampled.token_ids, sampled.logprobs, sampled.stopped, strict=True
             ):
@@ -167,15 +182,16 @@ class HFPolicy:
         size = self.options.score_batch_size
         for start in range(0, len(prompt_ids), size):
             responses = [list(r) for r in response_token_ids[start : start + size]]
-            result = response_logprobs(
-                self.model,
-                prompt_ids[start : start + size],
-                responses,
-                pad_id=self.pad_id,
-                temperature=self.temperature,
-                with_entropy=False,
-                share_prompts=True,
-            )
+            with self.compute_precision():
+                result = response_logprobs(
+                    self.model,
+                    prompt_ids[start : start + size],
+                    responses,
+                    pad_id=self.pad_id,
+                    temperature=self.temperature,
+                    with_entropy=False,
+                    share_prompts=True,
+                )
             rows = result.logprobs.cpu().numpy()
             scored.extend(row[: len(r)].copy() for row, r in zip(rows, responses, strict=True))
         return scored
@@ -187,6 +203,7 @@ class HFPolicy:
 
     # -- training ----------------------------------------------------------------
     def update(self, batch: TrainBatch, loss_fn: LossFn) -> dict[str, float]:
+        self._check_trainable_precision()
         sequences = batch.sequences
         for number, indices in enumerate(batch.minibatches):
             if not indices:
@@ -212,6 +229,7 @@ class HFPolicy:
             pad_id=self.pad_id,
             grad_clip=self.options.grad_clip,
             micro_batch_size=self.options.micro_batch_size,
+            precision=self.compute_precision,
         )
         self.model.train(self.options.gradient_checkpointing)  # checkpointing needs train mode
         try:
@@ -228,6 +246,17 @@ class HFPolicy:
             self.model.eval()
         metrics["lr"] = float(self.optimizer.param_groups[0]["lr"])
         return metrics
+
+    def _check_trainable_precision(self) -> None:
+        """Refuse an update that would mostly round away (see `HFPolicyOptions.dtype`)."""
+        dtype, lr = self.options.dtype, self.options.lr
+        if dtype != "float32" and lr < HALF_PRECISION_MIN_LR:
+            raise ValueError(
+                f"{self.name}: options dtype={dtype!r} with lr={lr:g}: AdamW steps this "
+                f"small are rounded away on {dtype} weights, so training would not move the "
+                f"model; set dtype: float32 and autocast: bfloat16 (mixed precision), or "
+                f"lr >= {HALF_PRECISION_MIN_LR:g}"
+            )
 
     # -- checkpoints ---------------------------------------------------------------
     def save(self, path: str | Path) -> None:

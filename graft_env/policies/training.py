@@ -16,8 +16,9 @@ with `share_prompts`), so a GRPO group's n rows pay for their prompt once.
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -29,12 +30,17 @@ from graft_env.policies.forward import ResponseLogprobs, response_logprobs
 
 @dataclass(frozen=True)
 class OptimStep:
-    """How each minibatch turns into one optimiser step."""
+    """How each minibatch turns into one optimiser step.
+
+    precision: the context each forward runs in (`HFPolicy.compute_precision`:
+        autocast for mixed precision); losses, backward and the step run outside it.
+    """
 
     temperature: float
     pad_id: int
     grad_clip: float
     micro_batch_size: int | None
+    precision: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
 
 
 def _pad_rows(rows: list[torch.Tensor], width: int) -> torch.Tensor:
@@ -66,14 +72,15 @@ def _minibatch_gradients(
     ]
 
     def forward(span: range) -> ResponseLogprobs:
-        return response_logprobs(
-            model,
-            [prompt_ids[i] for i in span],
-            [response_ids[i] for i in span],
-            pad_id=step.pad_id,
-            temperature=step.temperature,
-            share_prompts=True,
-        )
+        with step.precision():
+            return response_logprobs(
+                model,
+                [prompt_ids[i] for i in span],
+                [response_ids[i] for i in span],
+                pad_id=step.pad_id,
+                temperature=step.temperature,
+                share_prompts=True,
+            )
 
     if len(spans) == 1:
         result = forward(spans[0])

@@ -44,7 +44,7 @@ import torch
 from algorithms.types import TrainBatch
 from graft_env.policies.base import Generation, LossFn, SamplingParams
 from graft_env.policies.hf import HFPolicy
-from graft_env.policies.hf_options import HFPolicyOptions
+from graft_env.policies.hf_options import DTYPES, HFPolicyOptions
 
 INSTALL_HINT = (
     "install the vllm extra: pip install vllm (GPU), or on CPU-only machines "
@@ -202,7 +202,7 @@ class VLLMPolicy(HFPolicy):
         llm = vllm.LLM(
             model=self.path,
             tokenizer=self.path,
-            dtype=self.options.dtype,
+            dtype=self.options.autocast or self.options.dtype,  # the compute precision
             seed=0,
             max_model_len=engine.max_model_len,
             enforce_eager=engine.enforce_eager,
@@ -223,8 +223,14 @@ class VLLMPolicy(HFPolicy):
         return llm
 
     def sync_weights(self) -> None:
-        """Copy the trainer's current parameters into the engine (in memory)."""
-        packed = pack_weights(self.model.state_dict())
+        """Copy the trainer's current parameters into the engine (in memory), cast to
+        the engine's dtype (bfloat16 under mixed precision: half the bytes to send)."""
+        engine_dtype = DTYPES[self.options.autocast or self.options.dtype]
+        state = {
+            name: tensor.to(engine_dtype) if tensor.is_floating_point() else tensor
+            for name, tensor in self.model.state_dict().items()
+        }
+        packed = pack_weights(state)
         for untouched in self.engine.collective_rpc("graft_load_weights", args=(packed,)):
             if untouched:
                 raise RuntimeError(

@@ -78,7 +78,13 @@ def test_unknown_option_lists_the_valid_ones():
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("temperature", 0.0), ("dtype", "int8"), ("micro_batch_size", 0), ("grad_clip", 0.0)],
+    [
+        ("temperature", 0.0),
+        ("dtype", "int8"),
+        ("autocast", "float16"),
+        ("micro_batch_size", 0),
+        ("grad_clip", 0.0),
+    ],
 )
 def test_bad_option_values_are_rejected(field, value):
     with pytest.raises(ValueError, match=field):

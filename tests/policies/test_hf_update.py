@@ -190,3 +190,32 @@ def test_bfloat16_weights_sample_score_and_train(make_policy, model_dirs):
         np.testing.assert_allclose(gen.logprobs, scored, atol=0.1, rtol=0)  # bf16 rounding
     metrics = policy.update(_rollout_batch(policy), algorithms.make("grpo").loss)
     assert np.isfinite(metrics["loss"]) and metrics["grad_norm"] > 0
+
+
+def test_half_precision_weights_refuse_an_update_that_would_round_away(make_policy, model_dirs):
+    policy = make_policy(model_dirs["gpt2"], dtype="bfloat16", lr=1e-6)
+    before = _parameters(policy)
+    with pytest.raises(ValueError, match=r"dtype='bfloat16' with lr=1e-06.*autocast: bfloat16"):
+        policy.update(_rollout_batch(policy), algorithms.make("grpo").loss)
+    for a, b in zip(before, _parameters(policy), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_mixed_precision_computes_in_bfloat16_and_trains_float32_weights(make_policy, model_dirs):
+    """autocast: the forwards (sampling, scoring, training) run in bfloat16, the weights
+    stay float32, and the paper's lr 1e-6 still moves every weight tensor."""
+    policy = make_policy(model_dirs["llama"], autocast="bfloat16", lr=1e-6)
+    exact = make_policy(model_dirs["llama"])  # same weights, float32 compute
+    assert next(policy.model.parameters()).dtype == torch.float32
+    batch = _rollout_batch(policy)
+    prompts = [batch.prompts[s.prompt_index] for s in batch.sequences]
+    token_ids = [s.response_token_ids for s in batch.sequences]
+    sampled = np.concatenate([s.old_logprobs for s in batch.sequences])
+    scored = np.concatenate(policy.score_tokens(prompts, token_ids))
+    in_float32 = np.concatenate(exact.score_tokens(prompts, token_ids))
+    np.testing.assert_allclose(sampled, scored, atol=0.1, rtol=0)  # both in bfloat16
+    assert np.abs(sampled - in_float32).max() > 1e-4  # sampling did compute in bfloat16
+    before = _parameters(policy)
+    policy.update(batch, algorithms.make("grpo").loss)
+    moved = [not torch.equal(a, b) for a, b in zip(before, _parameters(policy), strict=True)]
+    assert all(moved), f"{moved.count(False)} of {len(moved)} weight tensors did not move"
