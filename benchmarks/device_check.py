@@ -3,7 +3,8 @@
 CPU CI never runs CUDA, so nothing else exercises `HFPolicy` on a GPU: left-padded
 prefill and the KV-cache sampling loop under CUDA kernels, bfloat16 weights, the
 CUDA random generator, re-tokenised peer scoring, AdamW steps and checkpoints.
-For each dtype (float32, bfloat16) and each model — the named ones (`policies.zoo`
+For each precision (float32; bfloat16 weights; mixed: float32 weights with bfloat16
+autocast) and each model — the named ones (`policies.zoo`
 names or model directories) and a larger random-init Llama built with
 `policies.tiny_models`, saved and loaded through `HFPolicy` like any model — it
 records:
@@ -53,8 +54,13 @@ from graft_env.policies.forward import response_logprobs
 from graft_env.policies.hf_options import load_tokenizer
 from graft_env.policies.tiny_models import TinyShape, build_model
 
-DTYPES = ("float32", "bfloat16")
-TOLERANCE = {"float32": 1e-3, "bfloat16": 0.1}  # |generation - score| log-prob per token
+# precision -> the policy options that select it (mixed: float32 master weights)
+PRECISIONS = {
+    "float32": {"dtype": "float32"},
+    "bfloat16": {"dtype": "bfloat16"},
+    "mixed": {"dtype": "float32", "autocast": "bfloat16"},
+}
+TOLERANCE = {"float32": 1e-3, "bfloat16": 0.1, "mixed": 0.1}  # |generation - score| per token
 SCALE_NAME = "scale-llama"
 
 
@@ -140,7 +146,7 @@ def check_sampling(case: Case, args: argparse.Namespace, dtype: str, warnings: l
     ids = [g.token_ids for g in gens]
     repeat_ids = [g.token_ids for group in again for g in group]
     scored = policy.score_tokens(prompts, ids)
-    with torch.no_grad():
+    with torch.no_grad(), policy.compute_precision():  # as `update` runs its forwards
         trained = response_logprobs(
             policy.model,
             [policy.encode_prompt(p) for p in prompts],
@@ -321,8 +327,8 @@ def _load_case(name: str, source: str, options: dict, args: argparse.Namespace) 
 def check_dtype(
     dtype: str, sources: dict[str, str], args: argparse.Namespace, results: dict, scratch: Path
 ) -> None:
-    """Every check for every model at `dtype`, into `results[dtype]`."""
-    options = {"device": args.device, "dtype": dtype, "lr": args.lr}
+    """Every check for every model at precision `dtype`, into `results[dtype]`."""
+    options = {"device": args.device, "lr": args.lr, **PRECISIONS[dtype]}
     report = results[dtype] = {"models": {}, "peer": {}}
     cases: list[Case] = []
     for name, source in sources.items():
@@ -400,7 +406,7 @@ def run(args: argparse.Namespace) -> dict:
     scratch = Path(tempfile.mkdtemp(prefix="device-check-"))
     try:
         sources = _sources(args, scratch, results)
-        for dtype in DTYPES:
+        for dtype in PRECISIONS:
             check_dtype(dtype, sources, args, results, scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -429,7 +435,7 @@ def _summary(results: dict) -> None:
         f"{'loss before -> after':>22}{'ckpt diff':>10}{'gen tok/s':>10}{'upd tok/s':>10}"
         f"{'gen GiB':>8}{'upd GiB':>8}"
     )
-    for dtype in DTYPES:
+    for dtype in PRECISIONS:
         for name, entry in results.get(dtype, {}).get("models", {}).items():
             loss = (
                 f"{_cell(entry, 'update', 'loss_before', fmt='{:.4f}')} -> "
