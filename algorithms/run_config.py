@@ -22,6 +22,8 @@ import yaml
 
 from algorithms.periodic_eval import EvalSpec
 from algorithms.wandb_sink import WandbSpec
+from graft_env.policies.hf_options import HFPolicyOptions
+from graft_env.policies.precision import HALF_PRECISION_DTYPES, half_precision_training_error
 
 
 class _Loader(yaml.SafeLoader):
@@ -143,6 +145,8 @@ class TrainConfig:
             )
         if self.backend not in BACKENDS:
             raise ConfigError(f"backend must be one of {list(BACKENDS)}, got {self.backend!r}")
+        for index, agent in enumerate(self.agents):
+            _check_precision(agent.options, f"agents.{index}.options")
         checks = {
             "steps": self.steps >= 1,
             "env.batch_size": self.env.batch_size >= 1,
@@ -168,6 +172,17 @@ class TrainConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return _plain(dataclasses.asdict(self))
+
+
+def _check_precision(options: Mapping[str, Any], where: str) -> None:
+    """Refuse half-precision weights at a learning rate whose steps round away, before
+    any model loads (`HFPolicy.update` would refuse only after the first rollout)."""
+    dtype = options.get("dtype", "float32")
+    if dtype not in HALF_PRECISION_DTYPES:
+        return
+    error = half_precision_training_error(dtype, float(options.get("lr", HFPolicyOptions.lr)))
+    if error:
+        raise ConfigError(f"{where}: {error}")
 
 
 def _plain(value: Any) -> Any:

@@ -66,7 +66,7 @@ SCALE_NAME = "scale-llama"
 
 @dataclass
 class Case:
-    """One model under one dtype: its policy, formatted prompts, samples and report."""
+    """One model under one precision: its policy, formatted prompts, samples and report."""
 
     name: str
     policy: HFPolicy | None
@@ -132,7 +132,9 @@ def _flat(case: Case) -> tuple[list[str], list[Generation]]:
     return [p for p, _ in pairs], [g for _, g in pairs]
 
 
-def check_sampling(case: Case, args: argparse.Namespace, dtype: str, warnings: list[str]) -> dict:
+def check_sampling(
+    case: Case, args: argparse.Namespace, precision: str, warnings: list[str]
+) -> dict:
     policy = case.policy
     sampling = SamplingParams(max_new_tokens=args.max_new_tokens, seed=args.seed)
     first, cold = _measure(
@@ -146,7 +148,7 @@ def check_sampling(case: Case, args: argparse.Namespace, dtype: str, warnings: l
     ids = [g.token_ids for g in gens]
     repeat_ids = [g.token_ids for group in again for g in group]
     scored = policy.score_tokens(prompts, ids)
-    with torch.no_grad(), policy.compute_precision():  # as `update` runs its forwards
+    with torch.no_grad(), policy.compute_precision():  # the precision `update` computes in
         trained = response_logprobs(
             policy.model,
             [policy.encode_prompt(p) for p in prompts],
@@ -170,11 +172,15 @@ def check_sampling(case: Case, args: argparse.Namespace, dtype: str, warnings: l
         **warm,
     }
     for key in ("generation_vs_score", "generation_vs_train_forward"):
-        if result[key]["max"] > TOLERANCE[dtype]:
+        if result[key]["max"] > TOLERANCE[precision]:
             gap = result[key]["max"]
-            _warn(warnings, f"{dtype} {case.name} {key} max {gap:.3g} > {TOLERANCE[dtype]:g}")
+            _warn(
+                warnings, f"{precision} {case.name} {key} max {gap:.3g} > {TOLERANCE[precision]:g}"
+            )
     if not result["deterministic"]:
-        _warn(warnings, f"{dtype} {case.name}: same seed, {result['rows_differing']} rows differ")
+        _warn(
+            warnings, f"{precision} {case.name}: same seed, {result['rows_differing']} rows differ"
+        )
     return result
 
 
@@ -324,15 +330,15 @@ def _load_case(name: str, source: str, options: dict, args: argparse.Namespace) 
     return case
 
 
-def check_dtype(
-    dtype: str, sources: dict[str, str], args: argparse.Namespace, results: dict, scratch: Path
+def check_precision(
+    precision: str, sources: dict[str, str], args: argparse.Namespace, results: dict, scratch: Path
 ) -> None:
-    """Every check for every model at precision `dtype`, into `results[dtype]`."""
-    options = {"device": args.device, "lr": args.lr, **PRECISIONS[dtype]}
-    report = results[dtype] = {"models": {}, "peer": {}}
+    """Every check for every model at `precision` (a PRECISIONS key), into `results[precision]`."""
+    options = {"device": args.device, "lr": args.lr, **PRECISIONS[precision]}
+    report = results[precision] = {"models": {}, "peer": {}}
     cases: list[Case] = []
     for name, source in sources.items():
-        print(f"[{dtype}] {name}", flush=True)
+        print(f"[{precision}] {name}", flush=True)
         loaded: dict = {}
         if not _guarded(loaded, "load", args.device, _load_case, name, source, options, args):
             report["models"][name] = loaded
@@ -347,7 +353,7 @@ def check_dtype(
             check_sampling,
             case,
             args,
-            dtype,
+            precision,
             results["warnings"],
         ):
             cases.append(case)
@@ -359,16 +365,17 @@ def check_dtype(
                 _guarded(report["peer"], key, args.device, check_peer, source, target)
     _write(args, results)
     for case in cases:
-        print(f"[{dtype}] {case.name}", flush=True)
+        print(f"[{precision}] {case.name}", flush=True)
         _guarded(case.report, "update", args.device, check_update, case, args.device)
         _guarded(case.report, "save_load", args.device, check_save_load, case, scratch, args.device)
         update, save_load = case.report["update"], case.report["save_load"]
         if update.get("lowered") is False or update.get("changed_weight_share") == 0:
-            _warn(results["warnings"], f"{dtype} {case.name}: update {update}")
+            _warn(results["warnings"], f"{precision} {case.name}: update {update}")
         if save_load.get("identical") is False:
             gap = save_load["max_abs_diff"]
             _warn(
-                results["warnings"], f"{dtype} {case.name}: save/load changed log-probs {gap:.3g}"
+                results["warnings"],
+                f"{precision} {case.name}: save/load changed log-probs {gap:.3g}",
             )
         if case.name == SCALE_NAME:
             _guarded(
@@ -406,8 +413,8 @@ def run(args: argparse.Namespace) -> dict:
     scratch = Path(tempfile.mkdtemp(prefix="device-check-"))
     try:
         sources = _sources(args, scratch, results)
-        for dtype in PRECISIONS:
-            check_dtype(dtype, sources, args, results, scratch)
+        for precision in PRECISIONS:
+            check_precision(precision, sources, args, results, scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
         results["total_s"] = time.perf_counter() - started
@@ -431,18 +438,18 @@ def _cell(entry: dict, check: str, *keys: str, fmt: str = "{:.3g}") -> str:
 
 def _summary(results: dict) -> None:
     print(
-        f"\n{'dtype':<9}{'model':<13}{'gen~score':>10}{'gen~train':>10}{'same':>6}"
+        f"\n{'precision':<10}{'model':<13}{'gen~score':>10}{'gen~train':>10}{'same':>6}"
         f"{'loss before -> after':>22}{'ckpt diff':>10}{'gen tok/s':>10}{'upd tok/s':>10}"
         f"{'gen GiB':>8}{'upd GiB':>8}"
     )
-    for dtype in PRECISIONS:
-        for name, entry in results.get(dtype, {}).get("models", {}).items():
+    for precision in PRECISIONS:
+        for name, entry in results.get(precision, {}).get("models", {}).items():
             loss = (
                 f"{_cell(entry, 'update', 'loss_before', fmt='{:.4f}')} -> "
                 f"{_cell(entry, 'update', 'loss_after', fmt='{:.4f}')}"
             )
             print(
-                f"{dtype:<9}{name:<13}"
+                f"{precision:<10}{name:<13}"
                 f"{_cell(entry, 'sampling', 'generation_vs_score', 'max'):>10}"
                 f"{_cell(entry, 'sampling', 'generation_vs_train_forward', 'max'):>10}"
                 f"{_cell(entry, 'sampling', 'deterministic'):>6}{loss:>22}"
@@ -454,15 +461,15 @@ def _summary(results: dict) -> None:
             )
             if "gradient_checkpointing" in entry:
                 print(
-                    f"{'':<22}with gradient checkpointing: update "
+                    f"{'':<23}with gradient checkpointing: update "
                     f"{_cell(entry, 'gradient_checkpointing', 'update_s')} s, "
                     f"{_cell(entry, 'gradient_checkpointing', 'update_peak_gib', fmt='{:.2f}')}"
                     f" GiB peak (plain: {_cell(entry, 'update', 'update_s')} s)"
                 )
-        for pair, row in results.get(dtype, {}).get("peer", {}).items():
+        for pair, row in results.get(precision, {}).get("peer", {}).items():
             value = row.get("target_mean_token_logp")
             print(
-                f"{dtype:<9}peer {pair}: mean token log-lik "
+                f"{precision:<10}peer {pair}: mean token log-lik "
                 f"{'ERR' if value is None else f'{value:.3f}'}"
             )
     for warning in results["warnings"]:

@@ -9,7 +9,7 @@ ratio bare / policy (target: overhead <= 10 %). Each measurement is the best of
 On CUDA every timing waits for the device (`torch.cuda.synchronize`) before the clock.
 
     python -m benchmarks.policy_throughput [--model DIR] [--prompts 16 --n 4]
-        [--device cuda --dtype bfloat16]
+        [--device cuda --dtype bfloat16 | --autocast bfloat16]
 """
 
 from __future__ import annotations
@@ -122,8 +122,15 @@ def measure(
     repeats: int,
     device: str = "cpu",
     dtype: str = "float32",
+    autocast: str | None = None,
 ) -> dict:
-    options = HFPolicyOptions(generation_batch_size=prompts * n, device=device, dtype=dtype)
+    options = HFPolicyOptions(
+        generation_batch_size=prompts * n,
+        device=device,
+        dtype=dtype,
+        autocast=autocast,
+        lr=1e-4,  # the rate does not change the timing; bf16 weights refuse smaller ones
+    )
     policy = HFPolicy(model_dir, options=options)
     texts = [policy.format_prompt(p) for p in PROBLEMS[:prompts]]
     sampling = SamplingParams(max_new_tokens=max_new, seed=0)
@@ -146,7 +153,8 @@ def measure(
         timings = {"policy": (float("inf"), 0), "bare": (float("inf"), 0)}
         for _ in range(repeats):  # interleave so load spikes hit both alike
             for name, run in (("policy", ours), ("bare", bare)):
-                seconds, tokens = _timed(run, device)
+                with policy.compute_precision():  # the bare calls under the same autocast
+                    seconds, tokens = _timed(run, device)
                 timings[name] = (min(timings[name][0], seconds), tokens)
         rates = {name: tokens / seconds for name, (seconds, tokens) in timings.items()}
         results[label] = {
@@ -167,6 +175,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--device", default="cpu", help='torch device ("cpu", "cuda", ...)')
     parser.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
+    parser.add_argument("--autocast", default=None, choices=["bfloat16"], help="mixed precision")
     parser.add_argument("--json", type=Path, default=None, help="also write results here")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -180,6 +189,7 @@ def main(argv: list[str] | None = None) -> None:
             args.repeats,
             device=args.device,
             dtype=args.dtype,
+            autocast=args.autocast,
         )
     print(f"{'':<12}{'policy tok/s':>14}{'bare tok/s':>14}{'overhead':>10}")
     for label, row in results.items():

@@ -10,7 +10,7 @@ float losses), and on CUDA the benchmark also waits for the device after every
 step, so no queued kernel is counted in the next step.
 
     python -m benchmarks.step_time [--pairs 3] [--steps 3] [--batch-size 16]
-        [--device cuda --dtype bfloat16]
+        [--device cuda --dtype bfloat16 | --autocast bfloat16]
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ PHASES = ("rollout", "verify", "exchange", "scoring", "update")
 
 def run_once(algorithm: str, run_dir: Path, args: argparse.Namespace) -> list[dict[str, float]]:
     """Per-step phase times of one fresh run."""
-    options = {"lr": 1e-4, "device": args.device, "dtype": args.dtype}
+    options = {"lr": 1e-4, "device": args.device, "dtype": args.dtype, "autocast": args.autocast}
     agents = [{"name": m, "model": m, "options": dict(options)} for m in args.models]
     config = procedural_run(
         agents,
@@ -68,6 +68,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cpu", help='torch device ("cpu", "cuda", ...)')
     parser.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
+    parser.add_argument("--autocast", default=None, choices=["bfloat16"], help="mixed precision")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     times: dict[str, list[dict[str, float]]] = {"grpo": [], "graft": []}

@@ -1,7 +1,9 @@
 """Model forwards shared by sampling (`policies.generation`), scoring and training.
 
-Sampling and the training forward must compute bit-for-bit the same function, or
-every importance ratio is silently off. So both use one batch layout: prompts
+Sampling and the training forward must compute the same function, or every
+importance ratio is silently off. In float32 they agree to float rounding (~1e-5
+nats per token); in bfloat16 (weights or autocast) the cached and the full forward
+round differently, up to ~0.1 nats on a rare token. Both use one batch layout: prompts
 left-padded to a common length, responses right-padded after them, attention mask
 0 on every pad, position ids counted over real tokens only
 (``cumsum(mask) - 1``). Padding then changes nothing but float rounding.

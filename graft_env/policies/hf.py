@@ -25,13 +25,8 @@ from algorithms.types import ScoredText, TrainBatch
 from graft_env.policies.base import Generation, LossFn, SamplingParams
 from graft_env.policies.forward import response_logprobs
 from graft_env.policies.generation import sample
-from graft_env.policies.hf_options import (
-    DTYPES,
-    HALF_PRECISION_MIN_LR,
-    HFPolicyOptions,
-    load_model,
-    load_tokenizer,
-)
+from graft_env.policies.hf_options import DTYPES, HFPolicyOptions, load_model, load_tokenizer
+from graft_env.policies.precision import half_precision_training_error
 from graft_env.policies.training import OptimStep, optimise
 from graft_env.prompts import format_prompt
 
@@ -74,6 +69,11 @@ class HFPolicy:
             betas=self.options.betas,
             weight_decay=self.options.weight_decay,
         )
+
+    @property
+    def compute_dtype(self) -> str:
+        """The dtype forwards compute in: the autocast dtype, else the weights'."""
+        return self.options.autocast or self.options.dtype
 
     def compute_precision(self) -> contextlib.AbstractContextManager:
         """The context every model forward runs in: `torch.autocast` under the
@@ -248,15 +248,10 @@ class HFPolicy:
         return metrics
 
     def _check_trainable_precision(self) -> None:
-        """Refuse an update that would mostly round away (see `HFPolicyOptions.dtype`)."""
-        dtype, lr = self.options.dtype, self.options.lr
-        if dtype != "float32" and lr < HALF_PRECISION_MIN_LR:
-            raise ValueError(
-                f"{self.name}: options dtype={dtype!r} with lr={lr:g}: AdamW steps this "
-                f"small are rounded away on {dtype} weights, so training would not move the "
-                f"model; set dtype: float32 and autocast: bfloat16 (mixed precision), or "
-                f"lr >= {HALF_PRECISION_MIN_LR:g}"
-            )
+        """Refuse an update that would mostly round away (see `policies.precision`)."""
+        error = half_precision_training_error(self.options.dtype, self.options.lr)
+        if error:
+            raise ValueError(f"{self.name}: options {error}")
 
     # -- checkpoints ---------------------------------------------------------------
     def save(self, path: str | Path) -> None:

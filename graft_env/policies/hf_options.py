@@ -21,7 +21,6 @@ from transformers import (
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # float16 autocast would need loss scaling (GradScaler), which `update` does not do.
 AUTOCAST_DTYPES = (None, "bfloat16")
-HALF_PRECISION_MIN_LR = 1e-4  # below it, AdamW steps on bf16/fp16 weights mostly round away
 
 
 @dataclass(frozen=True)
@@ -31,15 +30,13 @@ class HFPolicyOptions:
     temperature: the log-prob temperature (see `policies.base`); training forward,
         `score` and recorded generation log-probs all use it.
     dtype: "float32", "bfloat16" or "float16" weights; log-softmax is always float32.
-        AdamW updates half-precision weights in place, so a step below the weight's
-        rounding spacing (|w| * 2^-8 in bfloat16) is lost: at the paper's lr 1e-6
-        nearly every step is. `update` refuses half-precision weights with
-        lr < HALF_PRECISION_MIN_LR; train with float32 weights and `autocast`.
+        `update` refuses half-precision weights below lr 1e-4, where AdamW steps
+        round away (`policies.precision`); train float32 weights with `autocast`.
     autocast: None, or "bfloat16": mixed precision. Forwards (sampling, scoring,
         training) compute in bfloat16 under `torch.autocast` while the weights and
-        AdamW state stay in `dtype` (float32 master weights, as in FSDP's mixed
-        precision), so small steps accumulate. Log-probs then carry bfloat16
-        rounding (generation vs training forward within ~0.1 nats per token).
+        AdamW state stay float32 (master weights, as in FSDP's mixed precision), so
+        small steps accumulate; it needs dtype "float32". Log-probs then carry
+        bfloat16 rounding (generation vs training forward within ~0.1 nats per token).
     device: torch device string ("cpu", "cuda", "cuda:1", ...).
     lr, betas, weight_decay: AdamW hyperparameters (paper: 1e-6, (0.9, 0.999), 0.01).
     grad_clip: max global grad norm per optimiser step (paper: 1.0).
@@ -75,6 +72,11 @@ class HFPolicyOptions:
         if self.autocast not in AUTOCAST_DTYPES:
             raise ValueError(
                 f"HFPolicyOptions.autocast must be one of {AUTOCAST_DTYPES}, got {self.autocast!r}"
+            )
+        if self.autocast is not None and self.dtype != "float32":
+            raise ValueError(
+                f"HFPolicyOptions.autocast={self.autocast!r} needs dtype 'float32' (the master "
+                f"weights), got dtype {self.dtype!r}"
             )
         for field_name in ("generation_batch_size", "score_batch_size"):
             if getattr(self, field_name) < 1:

@@ -116,17 +116,18 @@ PackedTensor = tuple[str, str, list[int], bytes]
 argument of `collective_rpc` arrives as an untyped list)."""
 
 
-def pack_weights(state_dict: dict[str, torch.Tensor]) -> list[PackedTensor]:
-    """A state dict as plain (name, dtype, shape, bytes) rows, copied to CPU."""
-    return [
-        (
-            name,
-            str(tensor.dtype).removeprefix("torch."),
-            list(tensor.shape),
-            tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes(),
-        )
-        for name, tensor in state_dict.items()
-    ]
+def pack_weights(
+    state_dict: dict[str, torch.Tensor], dtype: torch.dtype | None = None
+) -> list[PackedTensor]:
+    """A state dict as plain (name, dtype, shape, bytes) rows, copied to CPU one tensor at
+    a time; floating tensors cast to `dtype` first when given (the engine's dtype)."""
+    rows = []
+    for name, tensor in state_dict.items():
+        if dtype is not None and tensor.is_floating_point():
+            tensor = tensor.detach().to(dtype)
+        data = tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+        rows.append((name, str(tensor.dtype).removeprefix("torch."), list(tensor.shape), data))
+    return rows
 
 
 def unpack_weights(packed: Sequence[PackedTensor]) -> Iterator[tuple[str, torch.Tensor]]:
@@ -202,7 +203,7 @@ class VLLMPolicy(HFPolicy):
         llm = vllm.LLM(
             model=self.path,
             tokenizer=self.path,
-            dtype=self.options.autocast or self.options.dtype,  # the compute precision
+            dtype=self.compute_dtype,
             seed=0,
             max_model_len=engine.max_model_len,
             enforce_eager=engine.enforce_eager,
@@ -225,12 +226,7 @@ class VLLMPolicy(HFPolicy):
     def sync_weights(self) -> None:
         """Copy the trainer's current parameters into the engine (in memory), cast to
         the engine's dtype (bfloat16 under mixed precision: half the bytes to send)."""
-        engine_dtype = DTYPES[self.options.autocast or self.options.dtype]
-        state = {
-            name: tensor.to(engine_dtype) if tensor.is_floating_point() else tensor
-            for name, tensor in self.model.state_dict().items()
-        }
-        packed = pack_weights(state)
+        packed = pack_weights(self.model.state_dict(), DTYPES[self.compute_dtype])
         for untouched in self.engine.collective_rpc("graft_load_weights", args=(packed,)):
             if untouched:
                 raise RuntimeError(

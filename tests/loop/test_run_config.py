@@ -52,6 +52,15 @@ def test_bad_values_name_the_field():
         config_from_dict(BASE, ["steps"])
 
 
+def test_half_precision_weights_at_a_vanishing_lr_are_refused_before_loading():
+    """bf16 weights at the default lr 1e-6 would not train (policies.precision): the config
+    names the agent's options; mixed precision and a large enough lr pass."""
+    with pytest.raises(ConfigError, match=r"agents\.1\.options: dtype='bfloat16' with lr=1e-06"):
+        config_from_dict(BASE, ["agents.1.options.dtype=bfloat16"])
+    config_from_dict(BASE, ["agents.1.options.dtype=bfloat16", "agents.1.options.lr=1e-4"])
+    config_from_dict(BASE, ["agents.1.options.autocast=bfloat16"])
+
+
 def test_missing_config_file_is_a_clear_error(tmp_path):
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "nope.yaml")

@@ -91,6 +91,11 @@ def test_bad_option_values_are_rejected(field, value):
         HFPolicyOptions(**{field: value})
 
 
+def test_autocast_needs_float32_master_weights():
+    with pytest.raises(ValueError, match="autocast='bfloat16' needs dtype 'float32'"):
+        HFPolicyOptions(autocast="bfloat16", dtype="bfloat16")
+
+
 def test_prompt_longer_than_the_model_is_rejected(make_policy, model_dirs):
     policy = make_policy(model_dirs["gpt2"])
     with pytest.raises(ValueError, match="positions"):

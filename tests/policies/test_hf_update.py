@@ -202,20 +202,37 @@ def test_half_precision_weights_refuse_an_update_that_would_round_away(make_poli
 
 
 def test_mixed_precision_computes_in_bfloat16_and_trains_float32_weights(make_policy, model_dirs):
-    """autocast: the forwards (sampling, scoring, training) run in bfloat16, the weights
-    stay float32, and the paper's lr 1e-6 still moves every weight tensor."""
+    """autocast: every forward (sampling, scoring, training) runs under bfloat16 autocast,
+    the weights stay float32, and the paper's lr 1e-6 still moves every weight tensor."""
     policy = make_policy(model_dirs["llama"], autocast="bfloat16", lr=1e-6)
     exact = make_policy(model_dirs["llama"])  # same weights, float32 compute
     assert next(policy.model.parameters()).dtype == torch.float32
-    batch = _rollout_batch(policy)
+    autocast_seen: list[bool] = []
+    policy.model.register_forward_hook(
+        lambda *_: autocast_seen.append(torch.is_autocast_enabled(policy.device.type))
+    )
+
+    def forwards_in_bfloat16(run) -> bool:
+        autocast_seen.clear()
+        run()
+        return bool(autocast_seen) and all(autocast_seen)
+
+    batch = None
+
+    def rollout() -> None:
+        nonlocal batch
+        batch = _rollout_batch(policy)
+
+    assert forwards_in_bfloat16(rollout)
     prompts = [batch.prompts[s.prompt_index] for s in batch.sequences]
     token_ids = [s.response_token_ids for s in batch.sequences]
+    assert forwards_in_bfloat16(lambda: policy.score_tokens(prompts, token_ids))
     sampled = np.concatenate([s.old_logprobs for s in batch.sequences])
     scored = np.concatenate(policy.score_tokens(prompts, token_ids))
     in_float32 = np.concatenate(exact.score_tokens(prompts, token_ids))
     np.testing.assert_allclose(sampled, scored, atol=0.1, rtol=0)  # both in bfloat16
-    assert np.abs(sampled - in_float32).max() > 1e-4  # sampling did compute in bfloat16
+    assert np.abs(scored - in_float32).max() > 1e-4  # scoring did not compute in float32
     before = _parameters(policy)
-    policy.update(batch, algorithms.make("grpo").loss)
+    assert forwards_in_bfloat16(lambda: policy.update(batch, algorithms.make("grpo").loss))
     moved = [not torch.equal(a, b) for a, b in zip(before, _parameters(policy), strict=True)]
     assert all(moved), f"{moved.count(False)} of {len(moved)} weight tensors did not move"

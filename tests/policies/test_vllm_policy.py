@@ -24,7 +24,7 @@ from algorithms.loop import Trainer, make_policies
 from algorithms.types import TrainBatch, TrainSequence
 from graft_env.policies import Generation, SamplingParams, load_policy
 from graft_env.policies.forward import response_logprobs
-from graft_env.policies.vllm_policy import VLLMPolicy
+from graft_env.policies.vllm_policy import VLLMPolicy, pack_weights, unpack_weights
 
 TOLERANCE = 1e-4  # fp32: vLLM's paged-attention forward vs the transformers training forward
 PROBLEMS = ["Compute 12 + 35.", "Compute 7 * 8.", "Compute 12 + 35."]  # one prompt twice
@@ -219,3 +219,13 @@ def test_missing_vllm_names_the_extra_to_install(model_dirs, monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", None)  # what an environment without vLLM sees
     with pytest.raises(ImportError, match="install the vllm extra"):
         load_policy(model_dirs["llama"], rollout_backend="vllm")
+
+
+def test_weight_sync_packs_floats_in_the_engine_dtype_and_leaves_integers():
+    """Under mixed precision the float32 master weights travel as the engine's bfloat16."""
+    state = {"w": torch.randn(3, 4), "ids": torch.arange(5)}
+    unpacked = dict(unpack_weights(pack_weights(state, torch.bfloat16)))
+    assert unpacked["w"].dtype == torch.bfloat16 and unpacked["ids"].dtype == torch.int64
+    assert torch.equal(unpacked["w"], state["w"].to(torch.bfloat16))
+    assert torch.equal(unpacked["ids"], state["ids"])
+    assert dict(unpack_weights(pack_weights(state)))["w"].dtype == torch.float32
