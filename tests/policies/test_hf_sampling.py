@@ -8,6 +8,7 @@ import torch
 
 from graft_env.policies.base import Generation, SamplingParams
 from graft_env.policies.forward import response_logprobs
+from graft_env.policies.generation import DynamicLayer, _ReservedLayer
 
 TOLERANCE = 1e-4  # fp32: generation (KV cache, left padding) vs teacher-forced forward
 PROBLEMS = ["What is 2 + 3?", "What is 41 + 17? Show the carry.", "Add 9 and 9."]
@@ -137,3 +138,16 @@ def test_generation_rejects_mismatched_logprobs():
         Generation(text="", token_ids=[1, 2], logprobs=np.zeros(1), finish_reason="stop")
     with pytest.raises(ValueError, match="finish_reason"):
         Generation(text="", token_ids=[], logprobs=np.zeros(0), finish_reason="eos")
+
+
+def test_the_reserved_kv_cache_stores_the_autocast_dtype():
+    """Under mixed precision RoPE hands the cache float32 keys; attention computes in
+    bfloat16 either way, so the reserved buffer keeps bfloat16 (a third less memory)."""
+    layer = DynamicLayer()
+    layer.update(torch.randn(2, 1, 3, 4), torch.randn(2, 1, 3, 4).to(torch.bfloat16))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        reserved = _ReservedLayer(layer, extra=5)
+    assert reserved.keys.dtype == reserved.values.dtype == torch.bfloat16
+    torch.testing.assert_close(reserved.keys, layer.keys.to(torch.bfloat16))
+    plain = _ReservedLayer(layer, extra=5)  # no autocast: each as given
+    assert (plain.keys.dtype, plain.values.dtype) == (torch.float32, torch.bfloat16)
