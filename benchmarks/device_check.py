@@ -413,7 +413,7 @@ def run(args: argparse.Namespace) -> dict:
     scratch = Path(tempfile.mkdtemp(prefix="device-check-"))
     try:
         sources = _sources(args, scratch, results)
-        for precision in PRECISIONS:
+        for precision in args.precisions:
             check_precision(precision, sources, args, results, scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -484,6 +484,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--scale-hidden", type=int, default=2048)
     parser.add_argument("--scale-layers", type=int, default=16, help="0: no large model")
+    parser.add_argument(
+        "--precisions", nargs="+", default=list(PRECISIONS), choices=list(PRECISIONS)
+    )
     parser.add_argument("--prompts", type=int, default=16)
     parser.add_argument("--n", type=int, default=8)
     parser.add_argument("--max-new-tokens", type=int, default=128)
