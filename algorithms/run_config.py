@@ -180,7 +180,10 @@ def _check_precision(options: Mapping[str, Any], where: str) -> None:
     dtype = options.get("dtype", "float32")
     if dtype not in HALF_PRECISION_DTYPES:
         return
-    error = half_precision_training_error(dtype, float(options.get("lr", HFPolicyOptions.lr)))
+    lr = options.get("lr", HFPolicyOptions.lr)
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)):
+        raise ConfigError(f"{where}.lr must be a number, got {lr!r}")
+    error = half_precision_training_error(dtype, float(lr))
     if error:
         raise ConfigError(f"{where}: {error}")
 

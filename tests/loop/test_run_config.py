@@ -59,6 +59,8 @@ def test_half_precision_weights_at_a_vanishing_lr_are_refused_before_loading():
         config_from_dict(BASE, ["agents.1.options.dtype=bfloat16"])
     config_from_dict(BASE, ["agents.1.options.dtype=bfloat16", "agents.1.options.lr=1e-4"])
     config_from_dict(BASE, ["agents.1.options.autocast=bfloat16"])
+    with pytest.raises(ConfigError, match=r"agents\.0\.options\.lr must be a number"):
+        config_from_dict(BASE, ["agents.0.options.dtype=float16", "agents.0.options.lr=fast"])
 
 
 def test_missing_config_file_is_a_clear_error(tmp_path):
