@@ -53,6 +53,7 @@ from graft_env.policies.base import Generation
 from graft_env.policies.forward import response_logprobs
 from graft_env.policies.hf_options import load_tokenizer
 from graft_env.policies.tiny_models import TinyShape, build_model
+from graft_env.policies.zoo import model_path
 
 # precision -> the policy options that select it (mixed: float32 master weights)
 PRECISIONS = {
@@ -283,8 +284,7 @@ def _scale_model(directory: Path, tokenizer_from: str, args: argparse.Namespace)
     """A random-init Llama of the asked width/depth with another model's tokenizer, saved
     to `directory` to be loaded like any model."""
     started = time.perf_counter()
-    if not Path(tokenizer_from).is_dir():
-        tokenizer_from = load_policy(tokenizer_from).path
+    tokenizer_from = str(model_path(tokenizer_from))
     tokenizer = load_tokenizer(tokenizer_from, HFPolicyOptions())
     heads = max(1, args.scale_hidden // 128)
     shape = TinyShape(args.scale_hidden, args.scale_layers, heads, max_positions=1024)
@@ -320,10 +320,7 @@ def _sources(args: argparse.Namespace, scratch: Path, results: dict) -> dict[str
 
 
 def _load_case(name: str, source: str, options: dict, args: argparse.Namespace) -> Case:
-    if Path(source).is_dir():
-        policy = HFPolicy(source, name=name, options=HFPolicyOptions.from_kwargs(**options))
-    else:
-        policy = load_policy(source, **options)
+    policy = load_policy(source, **options)
     prompts = [policy.format_prompt(p) for p in PROBLEMS[: args.prompts]]
     case = Case(name, policy, prompts)
     case.report["parameters"] = sum(p.numel() for p in policy.model.parameters())

@@ -18,7 +18,17 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("GRAFT_CACHE_DIR") or Path.home() / ".cache" / "graft")
 
 
-def _model_path(name: str, cache: Path, tiny_seed: int) -> Path | None:
+def model_path(
+    path_or_name: str | Path, *, cache_dir: str | Path | None = None, tiny_seed: int = 0
+) -> Path:
+    """The local directory of a built-in name (building or converting it if needed, see
+    `load_policy`), or `path_or_name` itself as a path."""
+    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    builtin = _builtin_path(str(path_or_name), cache, tiny_seed)
+    return Path(path_or_name) if builtin is None else builtin
+
+
+def _builtin_path(name: str, cache: Path, tiny_seed: int) -> Path | None:
     """The local directory of a built-in name (building or converting it if needed)."""
     if name in TINY_NAMES:
         from graft_env.policies.tiny import build_tiny_pair  # heavy build code, only when needed
@@ -71,9 +81,8 @@ def load_policy(
         VLLMEngineOptions.from_prefixed(engine_options) if rollout_backend == "vllm" else None
     )
     name = str(path_or_name)
-    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    builtin = _model_path(name, cache, tiny_seed)
-    path, policy_name = (builtin, name) if builtin is not None else (path_or_name, None)
+    path = model_path(path_or_name, cache_dir=cache_dir, tiny_seed=tiny_seed)
+    policy_name = name if name in TINY_NAMES + REAL_NAMES else None
     if vllm_options is not None:
         return VLLMPolicy(
             path, name=policy_name, options=policy_options, engine_options=vllm_options
