@@ -21,6 +21,8 @@ from algorithms.core.weights import LOGLIK_MODES
 RATIO_MODES = ("token", "sequence")
 SELECTION_MODES = ("gate", "random_prompts")
 ADMISSION_MODES = ("compat", "random")
+ADMISSION_MATCHES = ("direction", "group")
+CANDIDATE_RULES = ("informative", "any_success")
 PEER_OBJECTIVES = ("ppo", "luffy", "nll")
 
 
@@ -75,6 +77,12 @@ class AlgorithmConfig:
     selection: str = _option(
         "gate", "'gate': Eq.4 candidates; 'random_prompts': same count, uniform among all-fail."
     )
+    candidates: str = _option(
+        "informative",
+        "Gate candidates C_{S->R}: 'informative' (Eq.4: k_R = 0 and 1 <= k_S < n); "
+        "'any_success' (SGT's eligibility: k_R = 0 and k_S >= 1, all-pass source groups "
+        "included; they carry zero advantage: the paper's no-balance row, App. G).",
+    )
     balance: bool = _option(
         True, "Balanced exchange with ties (Alg.1); False transfers every candidate."
     )
@@ -85,6 +93,11 @@ class AlgorithmConfig:
     )
     admission: str = _option(
         "compat", "'compat': floor decides; 'random': same count admitted at random, w = min(s, 1)."
+    )
+    admission_match: str = _option(
+        "direction",
+        "admission='random': match the floor's admitted count per 'direction' and step "
+        "(App. F, Table 7) or per transferred 'group'.",
     )
     success_only: bool = _option(
         False, "Remove failed source responses from transferred groups (weight 0; counted)."
@@ -123,6 +136,8 @@ class AlgorithmConfig:
             "selection": SELECTION_MODES,
             "compat_norm": LOGLIK_MODES,
             "admission": ADMISSION_MODES,
+            "admission_match": ADMISSION_MATCHES,
+            "candidates": CANDIDATE_RULES,
             "peer_objective": PEER_OBJECTIVES,
         }
         for name, allowed in choices.items():
@@ -196,6 +211,7 @@ class AlgorithmConfig:
         if self.stored and self.balance:
             _fail("balance", True, "False with stored=True (a stored log is one-way, SPEC §9)")
         gate_only = {"selection": "gate", "admission": "compat", "success_only": False}
+        gate_only.update(candidates="informative")
         gate_only.update(pooled=False, stored=False)
         if self.exchange != "graft":
             for name, default in gate_only.items():

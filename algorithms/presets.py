@@ -36,7 +36,7 @@ _GRAFT_VARIANTS: dict[str, dict[str, object]] = {
     "graft-no-floor": {"delta": 0.0},
     "graft-no-clip": {"peer_clip": False},
     "graft-naive": {"compat": False, "peer_clip": False},
-    "graft-no-balance": {"balance": False},
+    "graft-no-balance": {"balance": False, "candidates": "any_success"},
     "graft-random-prompts": {"selection": "random_prompts"},
     "graft-random-admission": {"admission": "random"},
     "graft-peer-first": {"order": "peer_first"},
