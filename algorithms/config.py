@@ -41,7 +41,9 @@ class AlgorithmConfig:
         "std", "'std': divide by the group std (Eq.1); 'none': Dr.GRPO, only subtract the mean."
     )
     adv_ddof: int = _option(
-        0, "Delta degrees of freedom of the group std: 0 population std [project choice], 1 sample."
+        1,
+        "Delta degrees of freedom of the group std: 1 sample std (verl's torch.std, which the "
+        "paper trained with), 0 population std (advantages sqrt(n/(n-1)) larger).",
     )
     dynamic_sampling: bool = _option(
         False, "Drop own groups with k in {0, n} from the batch (DAPO dynamic sampling; counted)."

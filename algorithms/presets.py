@@ -97,7 +97,8 @@ def hacpo() -> AlgorithmConfig:
     """HACPO (arXiv 2603.02604): all peer rollouts, sequence-level IS; see exchange/hacpo.py.
 
     Own rows use GSPO's sequence clip (3e-4, 4e-4) and peer rows the one-sided
-    [0.8, 1] range, as in the authors' configuration; sample std (ddof=1).
+    [0.8, 1] range, as in the authors' configuration; the pooled advantages divide by
+    the sample std (ddof=1, every entry's default).
     """
     return replace(
         grpo(),
@@ -107,5 +108,4 @@ def hacpo() -> AlgorithmConfig:
         eps_high=4e-4,
         peer_eps_low=0.2,
         peer_eps_high=0.0,
-        adv_ddof=1,
     )

@@ -11,7 +11,7 @@ ADVANTAGE_SCALES = ("std", "none")
 
 
 def group_advantages(
-    rewards: ArrayLike, *, eps: float = 1e-6, scale: str = "std", ddof: int = 0
+    rewards: ArrayLike, *, eps: float = 1e-6, scale: str = "std", ddof: int = 1
 ) -> np.ndarray:
     """Advantages [P, n] from rewards [P, n], normalised within each prompt's group.
 
@@ -22,8 +22,11 @@ def group_advantages(
     learning signal, and floating-point residue from `r - mean` (the mean of n
     equal floats need not equal them exactly) must not leak into the loss.
 
-    ddof=0 (population std) is a [project choice]: the paper writes std(R) without
-    saying which; population std is what most GRPO code computes.
+    ddof=1, the sample (Bessel-corrected) std: the paper writes std(R) without saying
+    which, and it trained with verl, whose `compute_grpo_outcome_advantage` divides by
+    `torch.std`, the sample std. ddof=0 (population std) gives advantages sqrt(n/(n-1))
+    times larger (1.069x at n = 8). A group of one is constant, so it gets 0 whatever
+    ddof is.
     """
     r = finite_array(rewards, "rewards")
     if r.ndim != 2:
@@ -36,11 +39,13 @@ def group_advantages(
     n = r.shape[1]
     if n == 0:
         raise ValueError("rewards has no responses per prompt (shape [P, 0])")
-    if scale == "std" and ddof >= n:
+    if scale == "std" and ddof >= n > 1:
         raise ValueError(f"ddof={ddof} needs groups larger than n={n}")
 
     advantages = np.zeros_like(r)
     varied = ~(r == r[:, :1]).all(axis=1)
+    if not varied.any():  # also every group of one: no std (of 0 rows) to compute
+        return advantages
     groups = r[varied]
     centred = groups - groups.mean(axis=1, keepdims=True)
     if scale == "std":

@@ -122,13 +122,15 @@ def test_clip_flags_follow_the_config() -> None:
 def test_pooled_keeps_the_own_group_with_pooled_advantages_in_one_minibatch() -> None:
     algo, _, _, batches = build("graft-pooled")
     batch = batches["A"]
-    # Prompt 0 pools A's rewards [0, 0, 0, 0] with B's [1, 1, 1, 0]: mean 3/8, std sqrt(15)/8,
-    # so a failure gets -3/sqrt(15) and a success 5/sqrt(15) (eps = 1e-6 is negligible).
+    # Prompt 0 pools A's rewards [0, 0, 0, 0] with B's [1, 1, 1, 0]: mean 3/8, sample std
+    # sqrt(15/56), so a failure gets -(3/8) / sqrt(15/56) = -3/sqrt(120/7) and a success
+    # 5/sqrt(120/7) (eps = 1e-6 is negligible).
+    scale = np.sqrt(120 / 7)
     pooled_0 = [s for s in batch.sequences if s.prompt_index == 0]
     own = [s.advantage for s in pooled_0 if not s.is_peer]
     peer = [s.advantage for s in pooled_0 if s.is_peer]
-    assert own == pytest.approx([-3 / np.sqrt(15)] * N, rel=1e-5)
-    assert peer == pytest.approx([5 / np.sqrt(15)] * 3 + [-3 / np.sqrt(15)], rel=1e-5)
+    assert own == pytest.approx([-3 / scale] * N, rel=1e-5)
+    assert peer == pytest.approx([5 / scale] * 3 + [-3 / scale], rel=1e-5)
     assert algo.last_batch_stats["A"]["replaced_groups"] == 0
     assert all(len(held) == 1 for held in minibatches_holding(batch).values())
     assert len(pooled_0) == 2 * N  # so each pooled 2n group sits in one minibatch

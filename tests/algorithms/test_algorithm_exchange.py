@@ -143,7 +143,7 @@ def test_pooled_advantages_are_over_both_groups() -> None:
     algo, rollouts, transfers = run_exchange("graft-pooled", PAIR)
     group = transfers["A"][0]
     pooled = np.concatenate([rollouts["A"].rewards[0], rollouts["B"].rewards[0]])
-    expected = (pooled - pooled.mean()) / (pooled.std() + 1e-6)
+    expected = (pooled - pooled.mean()) / (pooled.std(ddof=1) + 1e-6)
     np.testing.assert_allclose(group.advantages, expected[N:])
     own = algo.strategy.own_advantages("A", rollouts, transfers["A"])
     np.testing.assert_allclose(own[0], expected[:N])

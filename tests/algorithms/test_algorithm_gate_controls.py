@@ -35,9 +35,9 @@ def test_random_admission_sometimes_admits_responses_below_the_floor() -> None:
 
 
 def test_transferred_advantages_stay_the_full_source_group_values_after_removal() -> None:
-    # B's prompt 0 has rewards [1, 1, 1, 0]: advantages (1 - 3/4) / sqrt(3/16) = 1/sqrt(3)
-    # and -3/sqrt(3), whatever is removed afterwards.
-    full_group = np.array([1, 1, 1, -3]) / np.sqrt(3)
+    # B's prompt 0 has rewards [1, 1, 1, 0]: sample std sqrt((3/16 + 9/16) / 3) = 1/2, so
+    # advantages (1 - 3/4) / (1/2) = 1/2 and -3/2, whatever is removed afterwards.
+    full_group = np.array([1, 1, 1, -3]) / 2
     for name, scorer, removed in (
         ("graft", low_score_scorer(), [True, True, False, False]),  # two under the floor
         ("graft-success-only", TextScorer(), [False, False, False, True]),  # the failure

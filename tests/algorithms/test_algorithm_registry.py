@@ -41,7 +41,7 @@ VARIANTS = {
     "hacpo": (
         "grpo",
         {"exchange": "hacpo", "ratio": "sequence", "eps_low": 3e-4, "eps_high": 4e-4,
-         "peer_eps_low": 0.2, "peer_eps_high": 0.0, "adv_ddof": 1},
+         "peer_eps_low": 0.2, "peer_eps_high": 0.0},
     ),
 }  # fmt: skip
 
@@ -79,6 +79,13 @@ def test_grpo_defaults_are_the_papers_baseline() -> None:
     assert (config.exchange, config.delta, config.adv_eps) == ("none", 0.8, 1e-6)
     for n in (16, 32):
         assert algorithms.make("grpo", n=n).config == dataclasses.replace(config, n=n)
+
+
+def test_every_entry_divides_by_the_sample_std() -> None:
+    # The paper trained with verl, whose GRPO advantage divides by torch.std (ddof 1).
+    assert {name: algorithms.preset(name).adv_ddof for name in algorithms.available()} == {
+        name: 1 for name in algorithms.available()
+    }
 
 
 def test_every_field_is_documented_and_the_config_is_frozen() -> None:

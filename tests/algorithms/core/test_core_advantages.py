@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
@@ -66,27 +66,49 @@ def test_adding_a_constant_changes_nothing(rewards: np.ndarray, shift: float, sc
 
 
 @settings(max_examples=100, deadline=None)
-@given(rewards=reward_tables)
-def test_std_scale_divides_the_centred_rewards_by_std_plus_eps(rewards: np.ndarray) -> None:
+@given(rewards=reward_tables, ddof=st.sampled_from([0, 1]))
+def test_std_scale_divides_the_centred_rewards_by_std_plus_eps(
+    rewards: np.ndarray, ddof: int
+) -> None:
+    assume(rewards.shape[1] > ddof)
     centred = group_advantages(rewards, scale="none")
-    scaled = group_advantages(rewards, scale="std", eps=1e-6)
-    np.testing.assert_allclose(scaled * (rewards.std(axis=1, keepdims=True) + 1e-6), centred)
+    scaled = group_advantages(rewards, scale="std", eps=1e-6, ddof=ddof)
+    std = rewards.std(axis=1, ddof=ddof, keepdims=True)
+    np.testing.assert_allclose(scaled * (std + 1e-6), centred)
+
+
+@settings(max_examples=100, deadline=None)
+@given(rewards=reward_tables)
+def test_the_default_is_the_sample_std_as_in_verl(rewards: np.ndarray) -> None:
+    # verl's compute_grpo_outcome_advantage, which the paper trained with, uses torch.std:
+    # the Bessel-corrected sample std.
+    assume(rewards.shape[1] > 1)
+    varied = rewards.max(axis=1, keepdims=True) > rewards.min(axis=1, keepdims=True)
+    mean, std = rewards.mean(axis=1, keepdims=True), rewards.std(axis=1, ddof=1, keepdims=True)
+    expected = np.where(varied, (rewards - mean) / (std + 1e-6), 0.0)
+    np.testing.assert_allclose(group_advantages(rewards), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_population_std_advantages_are_sqrt_n_over_n_minus_1_larger_at_n_8() -> None:
+    rewards = np.array([[1, 0, 0, 0, 0, 0, 0, 0], [1, 1, 1, 0, 0, 0, 0, 1]], dtype=float)
+    ratio = group_advantages(rewards, ddof=0, eps=0) / group_advantages(rewards, eps=0)
+    np.testing.assert_allclose(ratio, math.sqrt(8 / 7), rtol=1e-12)  # 1.069x
 
 
 def test_worked_binary_group_matches_eq1() -> None:
-    # Rewards [1, 0, 0, 0]: mean 0.25, population std sqrt(3)/4.
-    std = math.sqrt(3) / 4
-    expected = [0.75 / (std + 1e-6)] + [-0.25 / (std + 1e-6)] * 3
+    # Rewards [1, 0, 0, 0]: mean 0.25; squared deviations sum to 0.75, so the sample
+    # std is sqrt(0.75 / 3) = 1/2.
+    expected = [0.75 / (0.5 + 1e-6)] + [-0.25 / (0.5 + 1e-6)] * 3
     np.testing.assert_allclose(group_advantages([[1, 0, 0, 0]])[0], expected, rtol=1e-12)
     np.testing.assert_allclose(
         group_advantages([[1, 0, 0, 0]], scale="none")[0], [0.75] + [-0.25] * 3
     )
 
 
-def test_ddof_one_uses_the_sample_std() -> None:
-    std = math.sqrt(0.75 / 3)  # squared deviations sum to 0.75, over n - 1 = 3
+def test_ddof_zero_uses_the_population_std() -> None:
+    std = math.sqrt(3) / 4  # sqrt(0.75 / 4)
     np.testing.assert_allclose(
-        group_advantages([[1, 0, 0, 0]], ddof=1, eps=0)[0, 0], 0.75 / std, rtol=1e-12
+        group_advantages([[1, 0, 0, 0]], ddof=0, eps=0)[0, 0], 0.75 / std, rtol=1e-12
     )
 
 
