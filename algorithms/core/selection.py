@@ -11,12 +11,28 @@ from numpy.typing import ArrayLike
 
 from algorithms.core._checks import check_int, check_rng, integer_array, success_counts
 
+CANDIDATE_RULES = ("informative", "any_success")
 
-def exchange_candidates(k_source: ArrayLike, k_receiver: ArrayLike, n: int) -> np.ndarray:
+
+def _eligible_sources(k: np.ndarray, n: int, candidates: str) -> np.ndarray:
+    """Which source groups a rule lets move: 1 <= k < n (Eq.4) or k >= 1 (SGT's rule)."""
+    if candidates == "informative":
+        return (k >= 1) & (k < n)
+    if candidates == "any_success":
+        return k >= 1
+    raise ValueError(f"candidates must be one of {CANDIDATE_RULES}, got {candidates!r}")
+
+
+def exchange_candidates(
+    k_source: ArrayLike, k_receiver: ArrayLike, n: int, candidates: str = "informative"
+) -> np.ndarray:
     """C_{S→R} (Eq.4): prompts the receiver failed n/n and the source solved 1..n-1 times.
 
     A source group with k = n has zero reward variance, so all its advantages are 0
     and it would teach the receiver nothing through the policy gradient.
+    candidates='any_success' is SGT's eligibility, which the paper's no-balance row
+    keeps (App. G): k_S >= 1, so all-pass source groups move too; they add only
+    tokens to the receiver's token-mean denominator.
     """
     n = check_int(n, "n", minimum=1)
     source = success_counts(k_source, "k_source", ndim=1, n=n)
@@ -26,7 +42,8 @@ def exchange_candidates(k_source: ArrayLike, k_receiver: ArrayLike, n: int) -> n
             f"k_source has {source.size} prompts but k_receiver has {receiver.size}; "
             "both must count the same prompt batch"
         )
-    return np.flatnonzero((receiver == 0) & (source >= 1) & (source < n)).astype(np.int64)
+    eligible = _eligible_sources(source, n, candidates)
+    return np.flatnonzero((receiver == 0) & eligible).astype(np.int64)
 
 
 def select_with_ties(candidates: ArrayLike, k_source: ArrayLike, m: int) -> np.ndarray:
@@ -55,17 +72,22 @@ def select_with_ties(candidates: ArrayLike, k_source: ArrayLike, m: int) -> np.n
 
 
 def select_exchange(
-    k_a: ArrayLike, k_b: ArrayLike, n: int, balance: bool = True
+    k_a: ArrayLike,
+    k_b: ArrayLike,
+    n: int,
+    balance: bool = True,
+    candidates: str = "informative",
 ) -> tuple[np.ndarray, np.ndarray]:
     """(a_to_b, b_to_a): prompts transferred from A to B and from B to A.
 
     balance=True is the paper's balanced exchange: m = min(|C_AB|, |C_BA|) and
     select-with-ties in each direction, so neither model floods the other with
     off-policy data; m = 0 transfers nothing either way. balance=False
-    (graft-no-balance) transfers every candidate.
+    (graft-no-balance) transfers every candidate. `candidates` is the rule of
+    `exchange_candidates`.
     """
-    a_to_b = exchange_candidates(k_a, k_b, n)
-    b_to_a = exchange_candidates(k_b, k_a, n)
+    a_to_b = exchange_candidates(k_a, k_b, n, candidates)
+    b_to_a = exchange_candidates(k_b, k_a, n, candidates)
     if not balance:
         return a_to_b, b_to_a
     m = min(a_to_b.size, b_to_a.size)
@@ -73,17 +95,20 @@ def select_exchange(
 
 
 def select_exchange_multi(
-    k: ArrayLike, n: int, balance: bool = True
+    k: ArrayLike, n: int, balance: bool = True, candidates: str = "informative"
 ) -> dict[tuple[int, int], np.ndarray]:
     """Exchange among N policies [project extension, GRAFT-SPEC §8].
 
     k is [N_agents, P]. For every receiver r and prompt with k[r] == 0, the source
     is the informative peer (1 <= k < n) with the highest k, ties broken by the
-    lowest agent index. With balance=True each unordered pair (a, b) is then
-    balanced as in the two-model case. A prompt dropped by balancing is not
-    offered to a second-best peer: the receiver keeps its own group, as with two
-    models. Returns {(source, receiver): prompt indices} for every ordered pair;
-    with N = 2 this equals `select_exchange`.
+    lowest agent index. With candidates='any_success' an all-pass peer (k = n) is
+    eligible too, but only when no peer is informative [project choice]: its group
+    carries zero advantage, so it must not displace one that carries signal. With
+    balance=True each unordered pair (a, b) is then balanced as in the two-model
+    case. A prompt dropped by balancing is not offered to a second-best peer: the
+    receiver keeps its own group, as with two models. Returns
+    {(source, receiver): prompt indices} for every ordered pair; with N = 2 this
+    equals `select_exchange`.
     """
     n = check_int(n, "n", minimum=1)
     counts = success_counts(k, "k", ndim=2, n=n)
@@ -91,13 +116,14 @@ def select_exchange_multi(
     if num_agents == 0:
         raise ValueError("k has no agents (shape [0, P]); need at least one policy")
 
-    informative_k = np.where((counts >= 1) & (counts < n), counts, -1)
+    # Rank of each group as a source: k if informative, 0 if all-pass and eligible, else -1.
+    rank = np.where(_eligible_sources(counts, n, candidates), np.where(counts < n, counts, 0), -1)
     proposed: dict[tuple[int, int], np.ndarray] = {}
     for receiver in range(num_agents):
-        peer_k = informative_k.copy()
-        peer_k[receiver] = -1
-        best_source = np.argmax(peer_k, axis=0)  # first maximum: lowest agent index
-        wanted = (counts[receiver] == 0) & (peer_k.max(axis=0) >= 1)
+        peer_rank = rank.copy()
+        peer_rank[receiver] = -1
+        best_source = np.argmax(peer_rank, axis=0)  # first maximum: lowest agent index
+        wanted = (counts[receiver] == 0) & (peer_rank.max(axis=0) >= 0)
         for source in range(num_agents):
             if source != receiver:
                 proposed[(source, receiver)] = np.flatnonzero(

@@ -15,6 +15,7 @@ from algorithms.core import (
     select_with_ties,
     sgt_pairs,
 )
+from algorithms.core.selection import CANDIDATE_RULES
 
 SETTINGS = settings(max_examples=100, deadline=None)
 
@@ -36,6 +37,11 @@ def count_tables(draw: st.DrawFn) -> tuple[np.ndarray, int]:
     prompts = draw(st.integers(0, 16))
     cells = draw(st.lists(st.integers(0, n), min_size=agents * prompts, max_size=agents * prompts))
     return np.array(cells, dtype=np.int64).reshape(agents, prompts), n
+
+
+def eligible_source(k_source: int, n: int, candidates: str) -> bool:
+    """The candidate rules read literally: Eq.4's 1 <= k_S < n, or SGT's k_S >= 1."""
+    return 1 <= k_source < n if candidates == "informative" else k_source >= 1
 
 
 def literal_select_with_ties(candidates: np.ndarray, k: np.ndarray, m: int) -> set[int]:
@@ -94,6 +100,33 @@ def test_unbalanced_exchange_keeps_every_candidate(
 
 
 @SETTINGS
+@given(counts=count_pairs(), candidates=st.sampled_from(CANDIDATE_RULES))
+def test_candidates_are_the_receiver_all_fail_prompts_its_rule_admits(
+    counts: tuple[np.ndarray, np.ndarray, int], candidates: str
+) -> None:
+    k_a, k_b, n = counts
+    expected = [
+        q for q in range(k_a.size) if k_b[q] == 0 and eligible_source(int(k_a[q]), n, candidates)
+    ]
+    assert exchange_candidates(k_a, k_b, n, candidates).tolist() == expected
+
+
+@SETTINGS
+@given(counts=count_pairs())
+def test_any_success_adds_exactly_the_all_pass_source_groups(
+    counts: tuple[np.ndarray, np.ndarray, int],
+) -> None:
+    k_a, k_b, n = counts
+    informative = set(exchange_candidates(k_a, k_b, n).tolist())
+    any_success = set(exchange_candidates(k_a, k_b, n, "any_success").tolist())
+    all_pass = {q for q in range(k_a.size) if k_b[q] == 0 and k_a[q] == n}
+    assert any_success == informative | all_pass and not informative & all_pass
+    a_to_b, b_to_a = select_exchange(k_a, k_b, n, balance=False, candidates="any_success")
+    assert set(a_to_b.tolist()) == any_success
+    assert set(b_to_a.tolist()) == set(exchange_candidates(k_b, k_a, n, "any_success").tolist())
+
+
+@SETTINGS
 @given(counts=count_pairs(), data=st.data(), balance=st.booleans())
 def test_permuting_prompts_permutes_the_selection(
     counts: tuple[np.ndarray, np.ndarray, int], data: st.DataObject, balance: bool
@@ -119,33 +152,38 @@ def test_swapping_the_models_swaps_the_directions(
 
 
 @SETTINGS
-@given(counts=count_pairs(), balance=st.booleans())
+@given(counts=count_pairs(), balance=st.booleans(), candidates=st.sampled_from(CANDIDATE_RULES))
 def test_multi_with_two_agents_equals_select_exchange(
-    counts: tuple[np.ndarray, np.ndarray, int], balance: bool
+    counts: tuple[np.ndarray, np.ndarray, int], balance: bool, candidates: str
 ) -> None:
     k_a, k_b, n = counts
-    multi = select_exchange_multi(np.stack([k_a, k_b]), n, balance=balance)
-    a_to_b, b_to_a = select_exchange(k_a, k_b, n, balance=balance)
+    multi = select_exchange_multi(np.stack([k_a, k_b]), n, balance=balance, candidates=candidates)
+    a_to_b, b_to_a = select_exchange(k_a, k_b, n, balance=balance, candidates=candidates)
     assert set(multi) == {(0, 1), (1, 0)}
     np.testing.assert_array_equal(multi[(0, 1)], a_to_b)
     np.testing.assert_array_equal(multi[(1, 0)], b_to_a)
 
 
 @SETTINGS
-@given(table=count_tables())
-def test_multi_without_balance_picks_the_best_informative_peer(
-    table: tuple[np.ndarray, int],
+@given(table=count_tables(), candidates=st.sampled_from(CANDIDATE_RULES))
+def test_multi_without_balance_picks_the_best_eligible_peer(
+    table: tuple[np.ndarray, int], candidates: str
 ) -> None:
     k, n = table
     agents, prompts = k.shape
-    selected = select_exchange_multi(k, n, balance=False)
+    selected = select_exchange_multi(k, n, balance=False, candidates=candidates)
     assert set(selected) == {(s, r) for s in range(agents) for r in range(agents) if s != r}
     for receiver in range(agents):
         for prompt in range(prompts):
-            peers = [s for s in range(agents) if s != receiver and 1 <= k[s, prompt] < n]
+            peers = [
+                s
+                for s in range(agents)
+                if s != receiver and eligible_source(int(k[s, prompt]), n, candidates)
+            ]
             expected = None
             if k[receiver, prompt] == 0 and peers:
-                expected = max(peers, key=lambda s: (k[s, prompt], -s))
+                # an informative peer (k < n) before an all-pass one, then the highest k
+                expected = max(peers, key=lambda s: (k[s, prompt] < n, k[s, prompt], -s))
             sources = [
                 s for s in range(agents) if s != receiver and prompt in selected[(s, receiver)]
             ]
@@ -179,6 +217,17 @@ def test_worked_example_with_a_tie_at_the_mth_candidate() -> None:
     assert b_to_a.tolist() == [4]
 
 
+def test_any_success_prefers_an_informative_peer_to_an_all_pass_one() -> None:
+    # Receiver 0 failed prompts 0 and 1. Prompt 0: peer 1 passed 4/4, peer 2 solved 1/4;
+    # the all-pass group carries zero advantage, so peer 2's group moves. Prompt 1: only
+    # peer 1 succeeded (4/4), so its all-pass group moves; Eq.4 would move nothing.
+    k = np.array([[0, 0], [4, 4], [1, 0]])
+    selected = select_exchange_multi(k, 4, balance=False, candidates="any_success")
+    assert selected[(1, 0)].tolist() == [1] and selected[(2, 0)].tolist() == [0]
+    informative = select_exchange_multi(k, 4, balance=False)
+    assert informative[(1, 0)].size == 0 and informative[(2, 0)].tolist() == [0]
+
+
 def test_select_with_ties_edge_cases() -> None:
     k = np.array([5, 1, 3, 3, 2])
     assert select_with_ties([0, 1, 2, 3, 4], k, 0).size == 0
@@ -200,6 +249,16 @@ def test_select_with_ties_edge_cases() -> None:
         (lambda: select_with_ties([1], [1, 2], -1), ValueError, "m must be >= 0"),
         (lambda: select_exchange_multi([0, 1], 2), ValueError, "k must be 2-D"),
         (lambda: select_exchange_multi(np.zeros((0, 3)), 2), ValueError, "no agents"),
+        (
+            lambda: exchange_candidates([1], [0], 2, "all"),
+            ValueError,
+            r"candidates must be one of \('informative', 'any_success'\), got 'all'",
+        ),
+        (
+            lambda: select_exchange_multi([[1], [0]], 2, candidates="all"),
+            ValueError,
+            "candidates must be one of",
+        ),
     ],
 )
 def test_bad_counts_are_rejected_with_a_clear_message(call, error, message) -> None:
