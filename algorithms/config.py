@@ -212,6 +212,13 @@ class AlgorithmConfig:
             )
         if self.stored and self.balance:
             _fail("balance", True, "False with stored=True (a stored log is one-way, SPEC §9)")
+        if self.candidates == "any_success" and self.balance:
+            _fail(
+                "candidates",
+                self.candidates,
+                "'informative' with balance=True (balancing keeps the highest k_S first, so "
+                "zero-advantage all-pass groups would displace informative ones)",
+            )
         gate_only = {"selection": "gate", "admission": "compat", "success_only": False}
         gate_only.update(candidates="informative")
         gate_only.update(pooled=False, stored=False)

@@ -94,9 +94,12 @@ def random_admission(scores: ArrayLike, count: int, rng: np.random.Generator) ->
     """graft-random-admission: `count` responses chosen uniformly get w = min(s, 1), the rest 0.
 
     The control for the floor: the same number of admitted responses, chosen
-    without looking at their scores. An admitted response keeps a positive weight
-    even if its s underflowed to 0.0 (`admitted_weights`). Returns weights with the
-    shape of `scores`.
+    without looking at their scores. `scores` may be one transferred group [n] or
+    every group one direction moved this step [G, n]: the draw is uniform over all
+    of them, so the paper's per-direction count (App. F) lets one group get more
+    than the floor would admit there and another fewer. An admitted response keeps
+    a positive weight even if its s underflowed to 0.0 (`admitted_weights`).
+    Returns weights with the shape of `scores`.
     """
     values = np.asarray(scores, dtype=np.float64)
     bad = np.isnan(values) | (values < 0)

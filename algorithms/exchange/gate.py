@@ -5,6 +5,8 @@ Reads like GRAFT-SPEC §2-§4:
    ties (`select_exchange`; N > 2 agents: `select_exchange_multi`, the §8 extension,
    agents indexed in the order of the `rollouts` mapping). `stored` runs are
    one-way and unbalanced (§9: the config requires balance=False).
+   candidates='any_success' (graft-no-balance, the paper's App. G row) keeps SGT's
+   k_S >= 1, so all-pass source groups move too.
 2. What moves (§3): the source's whole group, successes and failures, with the
    advantages the source computed over its own group.
 3. How much it counts (§4): s = exp(l_R - l_S) with l_R from the receiver's
@@ -16,7 +18,8 @@ Reads like GRAFT-SPEC §2-§4:
    source's group statistics with it.
 
 Ablations are options of this one strategy: selection='random_prompts', balance,
-compat, delta, admission='random', success_only, pooled, peer_clip (SPEC §7).
+candidates, compat, delta, admission='random' (count matched per direction or per
+group: admission_match), success_only, pooled, peer_clip (SPEC §7).
 """
 
 from __future__ import annotations
@@ -114,8 +117,8 @@ class GraftExchange(ExchangeStrategy):
 
         def select(balance: bool) -> dict[tuple[int, int], np.ndarray]:
             if len(agents) != 2:
-                return select_exchange_multi(k, cfg.n, balance=balance)
-            a_to_b, b_to_a = select_exchange(k[0], k[1], cfg.n, balance=balance)
+                return select_exchange_multi(k, cfg.n, balance, cfg.candidates)
+            a_to_b, b_to_a = select_exchange(k[0], k[1], cfg.n, balance, cfg.candidates)
             return {(0, 1): a_to_b, (1, 0): b_to_a}
 
         proposed, by_index = select(False), select(cfg.balance)
@@ -127,7 +130,9 @@ class GraftExchange(ExchangeStrategy):
                 continue
             direction = stats.direction(source, receiver)
             direction.candidates = int(proposed[(s, r)].size)
-            direction.gate_candidates = int(exchange_candidates(k[s], k[r], cfg.n).size)
+            direction.gate_candidates = int(
+                exchange_candidates(k[s], k[r], cfg.n, cfg.candidates).size
+            )
             if cfg.selection == "random_prompts":
                 # Same count, uniformly among the receiver's all-fail prompts that no other
                 # source already fills: taken prompts are marked as not all-fail (k = 1).
@@ -160,15 +165,71 @@ class GraftExchange(ExchangeStrategy):
         prompt_indices = [p for _, p in items for _ in range(n)]
         texts = [text for source, p in items for text in rollouts[source].texts[p]]
         scored = score_texts(scorer, receiver, prompt_indices, texts)
+        group_scored = [scored[j * n : (j + 1) * n] for j in range(len(items))]
+        logliks = np.array(
+            [self._logliks(rollouts[s], p, group_scored[j]) for j, (s, p) in enumerate(items)]
+        ).reshape(len(items), 2, n)
+        receiver_ll, source_ll = logliks[:, 0], logliks[:, 1]
+        rewards = np.array([rollouts[source].rewards[p] for source, p in items]).reshape(-1, n)
+        weights = np.zeros((len(items), n))
+        for unit in self._admission_units(items):
+            weights[unit] = self._weights(receiver_ll[unit], source_ll[unit], rewards[unit], rng)
+        scores = compatibility_scores(receiver_ll, source_ll)
         groups = []
         for j, (source, p) in enumerate(items):
-            group_scored = scored[j * n : (j + 1) * n]
-            group, scores = self._group(rollouts[receiver], rollouts[source], p, group_scored, rng)
-            failures = np.count_nonzero(rollouts[source].rewards[p] <= 0)
-            removed_failures = int(failures) if self.config.success_only else 0
-            stats.direction(source, receiver).record(scores, group.weights, removed_failures)
-            groups.append(group)
+            removed_failures = np.count_nonzero(rewards[j] <= 0) if self.config.success_only else 0
+            stats.direction(source, receiver).record(scores[j], weights[j], int(removed_failures))
+            groups.append(
+                self._group(rollouts[receiver], rollouts[source], p, group_scored[j], weights[j])
+            )
         return groups
+
+    def _admission_units(self, items: Sequence[tuple[str, int]]) -> list[list[int]]:
+        """Rows of `items` that share one admission draw: each transferred group
+        (admission_match='group'), or every group of one direction this step ('direction',
+        App. F: the random control matches the floor's count "separately in each direction").
+        Only random admission draws; the other weights are per response either way."""
+        if self.config.admission_match == "group":
+            return [[j] for j in range(len(items))]
+        by_source: dict[str, list[int]] = {}
+        for j, (source, _) in enumerate(items):
+            by_source.setdefault(source, []).append(j)
+        return list(by_source.values())
+
+    def _logliks(
+        self, source: AgentRollouts, p: int, scored: list[ScoredText]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Normalised log-likelihoods (receiver's re-scoring, source's generation) of a group."""
+        mode = self.config.compat_norm
+        texts = source.texts[p]
+        receiver_ll = [
+            normalised_loglik(s.logprobs, t, mode) for s, t in zip(scored, texts, strict=True)
+        ]
+        source_ll = [
+            normalised_loglik(lp, t, mode) for lp, t in zip(source.logprobs[p], texts, strict=True)
+        ]
+        return np.array(receiver_ll), np.array(source_ll)
+
+    def _weights(
+        self,
+        receiver_ll: np.ndarray,
+        source_ll: np.ndarray,
+        rewards: np.ndarray,
+        rng: np.random.Generator,
+    ) -> np.ndarray:
+        """Weights w [G, n] of the G groups of one admission unit (`_admission_units`)."""
+        cfg = self.config
+        if not cfg.compat:
+            weights = np.ones(rewards.shape)
+        elif cfg.admission == "random":
+            scores = compatibility_scores(receiver_ll, source_ll)
+            count = int(np.count_nonzero(admitted_by_floor(scores, cfg.delta)))
+            weights = random_admission(scores, count, rng)
+        else:
+            weights = compatibility_weights(receiver_ll, source_ll, cfg.delta)
+        if cfg.success_only:
+            weights = np.where(rewards > 0, weights, 0.0)
+        return weights
 
     def _group(
         self,
@@ -176,44 +237,23 @@ class GraftExchange(ExchangeStrategy):
         source: AgentRollouts,
         p: int,
         scored: list[ScoredText],
-        rng: np.random.Generator,
-    ) -> tuple[TransferredGroup, np.ndarray]:
-        """One transferred group and the compatibility scores s of its responses."""
+        weights: np.ndarray,
+    ) -> TransferredGroup:
+        """One transferred group: the source's whole group with its advantages and `weights`."""
         cfg = self.config
-        mode = cfg.compat_norm
-        texts = source.texts[p]
-        receiver_ll = np.array(
-            [normalised_loglik(s.logprobs, t, mode) for s, t in zip(scored, texts, strict=True)]
-        )
-        source_ll = np.array(
-            [
-                normalised_loglik(lp, t, mode)
-                for lp, t in zip(source.logprobs[p], texts, strict=True)
-            ]
-        )
-        scores = compatibility_scores(receiver_ll, source_ll)
-        if not cfg.compat:
-            weights = np.ones(cfg.n)
-        elif cfg.admission == "random":
-            count = int(np.count_nonzero(admitted_by_floor(scores, cfg.delta)))
-            weights = random_admission(scores, count, rng)
-        else:
-            weights = compatibility_weights(receiver_ll, source_ll, cfg.delta)
-        if cfg.success_only:
-            weights = np.where(source.rewards[p] > 0, weights, 0.0)
         group = TransferredGroup(
             prompt_index=p,
             source=source.agent,
             response_indices=np.arange(cfg.n),
-            texts=list(texts),
+            texts=list(source.texts[p]),
             advantages=filled_advantages(source)[p].copy(),
-            weights=weights,
+            weights=weights.copy(),
             scored=scored,
             clip=cfg.peer_clip,
         )
         if cfg.pooled:
             group.advantages = self._pooled_advantages(receiver, source, p)[cfg.n :]
-        return group, scores
+        return group
 
     def _pooled_advantages(
         self, receiver: AgentRollouts, source: AgentRollouts, p: int

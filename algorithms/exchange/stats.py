@@ -18,10 +18,11 @@ class DirectionStats:
     """One source -> receiver direction of one step's exchange.
 
     `candidates` counts the prompts this direction proposed before balancing: with
-    two agents |C_{S->R}| (Eq.4); with more (the §8 extension) only the prompts for
-    which S is the receiver's best informative peer, i.e. what balancing actually
-    weighed. `gate_candidates` is the full |C_{S->R}| for strategies that use the
-    Eq.4 gate (None otherwise: SGT and HACPO have their own `candidates`).
+    two agents |C_{S->R}| (Eq.4, or k_S >= 1 under candidates='any_success'); with
+    more (the §8 extension) only the prompts for which S is the receiver's best
+    eligible peer, i.e. what balancing actually weighed. `gate_candidates` is the
+    full |C_{S->R}| under the same rule for strategies that use the gate (None
+    otherwise: SGT and HACPO have their own `candidates`).
     `selected_prompts` are the prompts actually transferred; `scores` (s) and
     `weights` (w) list every transferred response (scores only where the strategy
     computes s), removed ones included (w = 0), so removals can be audited:

@@ -103,10 +103,23 @@ def test_gate_selects_balanced_prompts_with_ties_and_keeps_source_advantages() -
     assert stats[("B", "A")].admitted == 2 * N
 
 
-def test_no_balance_transfers_every_candidate() -> None:
-    _, _, transfers = run_exchange("graft-no-balance", PAIR)
+def test_no_balance_transfers_every_candidate_with_the_papers_eligibility() -> None:
+    # graft-no-balance keeps SGT's k_S >= 1 (App. G): A's all-pass prompt 5 moves to B too.
+    algo, _, transfers = run_exchange("graft-no-balance", PAIR)
     assert prompts_of(transfers["A"]) == [("B", 0), ("B", 1), ("B", 2)]
-    assert prompts_of(transfers["B"]) == [("A", 4)]
+    assert prompts_of(transfers["B"]) == [("A", 4), ("A", 5)]
+    np.testing.assert_array_equal(transfers["B"][1].advantages, np.zeros(N))
+    stats = algo.last_exchange_stats.directions[("A", "B")]
+    assert (stats.candidates, stats.gate_candidates, stats.transferred) == (2, 2, 2 * N)
+    # Eq.4's informative rule without balancing leaves the all-pass group at home.
+    _, _, informative = run_exchange("graft-no-balance", PAIR, candidates="informative")
+    assert prompts_of(informative["B"]) == [("A", 4)]
+    assert prompts_of(informative["A"]) == prompts_of(transfers["A"])
+
+
+def test_any_success_is_refused_with_balancing() -> None:
+    with pytest.raises(ValueError, match=r"AlgorithmConfig\.candidates = 'any_success'"):
+        algorithms.make("graft", candidates="any_success")
 
 
 def test_compatibility_weights_remove_implausible_responses_but_keep_them_listed() -> None:
@@ -167,13 +180,13 @@ def test_random_prompts_keep_counts_draw_from_all_fail_prompts_and_follow_the_se
 
 def test_random_admission_admits_as_many_as_the_floor_at_random() -> None:
     texts = make_rollouts("B", PAIR["B"]).texts[0]
-    scorer = TextScorer({texts[0]: -1.5, texts[1]: -1.1})  # floor admits 3 of 4
+    scorer = TextScorer({texts[0]: -1.5, texts[1]: -1.1})  # floor admits 3 of 4, then 4 of 4
     _, _, first = run_exchange("graft-random-admission", PAIR, scorer, seed=3)
     _, _, again = run_exchange("graft-random-admission", PAIR, scorer, seed=3)
-    weights = first["A"][0].weights
-    np.testing.assert_array_equal(weights, again["A"][0].weights)
-    assert np.count_nonzero(weights) == 3
-    s = np.exp([-0.5, -0.1, 0.0, 0.0])
+    weights = np.concatenate([group.weights for group in first["A"]])
+    np.testing.assert_array_equal(weights, np.concatenate([g.weights for g in again["A"]]))
+    assert np.count_nonzero(weights) == 7  # per direction B->A
+    s = np.exp([-0.5, -0.1, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
     admitted = weights > 0
     np.testing.assert_allclose(weights[admitted], np.minimum(s, 1.0)[admitted])
 

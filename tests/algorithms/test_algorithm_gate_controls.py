@@ -20,13 +20,29 @@ def low_score_scorer() -> TextScorer:
     return TextScorer({texts[0]: GEN_LOGP - 1.5, texts[1]: GEN_LOGP - 1.0})
 
 
-def test_random_admission_sometimes_admits_responses_below_the_floor() -> None:
+def test_random_admission_matches_the_floors_count_over_the_whole_direction() -> None:
+    # B->A moves prompts 0 and 2; the floor admits 2 + 4 of their 8 responses, so the
+    # control admits 6 of the 8 (App. F, "separately in each direction"), not 2 + 4.
+    seeds = 400
+    hits = np.zeros((2, 4))
+    for seed in range(seeds):
+        algo, _, transfers = run_exchange("graft-random-admission", PAIR, low_score_scorer(), seed)
+        admitted = np.array([group.weights > 0 for group in transfers["A"]])
+        assert admitted.sum() == 6 == algo.last_exchange_stats.directions[("B", "A")].admitted
+        hits += admitted
+    # Uniform over the direction: each response is admitted with probability 6/8.
+    np.testing.assert_allclose(hits / seeds, 0.75, atol=0.1)
+
+
+def test_random_admission_per_group_sometimes_admits_responses_below_the_floor() -> None:
     scores = np.exp([-1.5, -1.0, 0.0, 0.0])
     below_floor_admitted = 0
     for seed in range(8):
-        _, _, transfers = run_exchange("graft-random-admission", PAIR, low_score_scorer(), seed)
+        _, _, transfers = run_exchange(
+            "graft-random-admission", PAIR, low_score_scorer(), seed, admission_match="group"
+        )
         weights = transfers["A"][0].weights
-        assert np.count_nonzero(weights) == 2  # as many as the floor admits
+        assert np.count_nonzero(weights) == 2  # as many as the floor admits in this group
         admitted = weights > 0
         np.testing.assert_allclose(weights[admitted], np.minimum(scores, 1.0)[admitted])
         below_floor_admitted += int(np.count_nonzero(admitted & (scores <= DELTA)))

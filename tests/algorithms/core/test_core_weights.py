@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from algorithms.core import (
     admitted_by_floor,
+    admitted_weights,
     compatibility_scores,
     compatibility_weights,
     normalised_loglik,
@@ -160,6 +161,39 @@ def test_random_admission_admits_exactly_count_with_capped_scores(
     admitted = weights > 0
     assert admitted.sum() == count
     np.testing.assert_array_equal(weights[admitted], np.minimum(values[admitted], 1.0))
+
+
+@SETTINGS
+@given(
+    shape=st.tuples(st.integers(1, 4), st.integers(1, 6)),
+    data=st.data(),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_random_admission_over_a_directions_groups_is_exact_and_reproducible(
+    shape: tuple[int, int], data: st.DataObject, seed: int
+) -> None:
+    size = shape[0] * shape[1]
+    values = np.array(
+        data.draw(st.lists(st.floats(0.0, 5.0), min_size=size, max_size=size))
+    ).reshape(shape)
+    count = data.draw(st.integers(0, size))
+    weights = random_admission(values, count, np.random.default_rng(seed))
+    np.testing.assert_array_equal(
+        weights, random_admission(values, count, np.random.default_rng(seed))
+    )
+    admitted = weights > 0
+    assert weights.shape == shape and admitted.sum() == count
+    np.testing.assert_array_equal(weights[admitted], admitted_weights(values[admitted]))
+
+
+def test_random_admission_over_a_direction_can_pick_any_response() -> None:
+    # Two groups of 4, 6 admitted: every response with probability 6/8, and a group may
+    # get 2, 3 or 4 of them, not a fixed per-group share.
+    rng = np.random.default_rng(2)
+    scores = np.array([[0.1, 0.5, 0.9, 2.0], [1.0, 1.0, 0.3, 0.0]])
+    draws = np.array([random_admission(scores, 6, rng) > 0 for _ in range(4000)])
+    np.testing.assert_allclose(draws.mean(axis=0), 0.75, atol=0.03)
+    assert set(draws[:, 0].sum(axis=1).tolist()) == {2, 3, 4}
 
 
 def test_random_admission_ignores_the_floor_and_is_uniform() -> None:
