@@ -232,6 +232,12 @@ class Algorithm:
         tokens, right-padded. Own and peer rows share Eq.10's token-mean denominator;
         when the config gives peers their own clip range, the two row sets go through
         `clipped_surrogate` separately and are recombined by their token counts.
+
+        The statistics are counts, never fractions: the policy averages each over the
+        step's minibatches, so a share (`clipped_share_peer` in `metrics`) is a ratio
+        of two of them, pooled over the step. A mean of per-minibatch fractions would
+        weigh a minibatch of 10 peer tokens like one of 1,000 and count own-only
+        minibatches as 0.
         """
         cfg = self.config
         batch = collate(sequences, new_logp)
@@ -280,16 +286,13 @@ class Algorithm:
         def total(name: str) -> float:
             return float(sum(getattr(out, name) for out in outputs))
 
-        own_tokens, peer_tokens = total("own_tokens"), total("peer_tokens")
         stats = {
             "loss": float(loss.detach()),
             "pg_tokens": float(pg_tokens),
-            "own_tokens": own_tokens,
-            "peer_tokens": peer_tokens,
+            "own_tokens": total("own_tokens"),
+            "peer_tokens": total("peer_tokens"),
             "clipped_own": total("clipped_own"),
             "clipped_peer": total("clipped_peer"),
-            "clip_frac_own": total("clipped_own") / own_tokens if own_tokens else 0.0,
-            "clip_frac_peer": total("clipped_peer") / peer_tokens if peer_tokens else 0.0,
             "nll": float(nll.detach()),
             "nll_tokens": float(nll_mask.sum()),
         }

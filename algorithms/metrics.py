@@ -75,7 +75,9 @@ def agent_step_metrics(
 
     Exchange counts are those of the directions this agent receives in (plus
     strategy-wide extras); s and w are summarised as distributions; clipped-token
-    shares are given separately for the agent's own and its peers' tokens.
+    shares are given separately for the agent's own and its peers' tokens, each
+    pooled over the step: clipped tokens / tokens of all its minibatches (the only
+    clip fraction logged; the loss reports counts, see `Algorithm.loss`).
     """
     metrics = rollout_metrics(rollouts, status_counts)
     metrics["rollouts_generated"] = float(sampled)

@@ -121,7 +121,9 @@ def optimise(
     """Run `minibatches` in order; `prompt_ids[j]` is the tokenised prompt of `sequences[j]`.
 
     Returns the mean over minibatches of loss, pre-clip grad norm and every loss
-    stat, the token-mean entropy, and the total response token count.
+    stat, the token-mean entropy, and the total response token count. The ratio of
+    two averaged count stats is their pooled ratio over the step; an averaged
+    fraction would not be, which is why losses report counts.
     """
     params = [p for p in model.parameters() if p.requires_grad]
     totals: dict[str, float] = {}
