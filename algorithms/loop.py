@@ -128,7 +128,8 @@ class Trainer:
                 f"peer (GRAFT-SPEC §9); got live agents {names}"
             )
         if self.algorithm.config.exchange != "none" and len(names) + bool(self.peer) < 2:
-            raise ConfigError(f"algorithm {self.algorithm.name!r} exchanges: it needs >= 2 agents")
+            # GRAFT-SPEC §8: with N = 1 every strategy transfers nothing, so this is GRPO.
+            log.info("%r has one agent: no exchange can happen", self.algorithm.name)
         env_agents = [*names, *([self.peer.agent] if self.peer else [])]
         self.env = MultiAgentMathEnv(
             agents=env_agents,

@@ -230,10 +230,17 @@ def test_random_prompts_with_three_agents_keep_counts_and_never_fill_a_prompt_tw
             assert all(rollouts[receiver].k[p] == 0 for p in prompts)
 
 
-def test_single_agent_and_none_strategy_transfer_nothing() -> None:
-    _, _, alone = run_exchange("graft", {"A": [0, 1, 2]})
+@pytest.mark.parametrize("name", ["graft", "graft-random-prompts", "sgt", "hacpo"])
+def test_a_single_agent_receives_nothing(name: str) -> None:
+    algo, rollouts, alone = run_exchange(name, {"A": [0, 1, 4]})
+    assert alone == {"A": []}
+    batch = algo.build_batches(rollouts, alone, ["A"], np.random.default_rng(0))["A"]
+    assert not any(s.is_peer for s in batch.sequences)
+
+
+def test_none_strategy_transfers_nothing() -> None:
     _, _, grpo = run_exchange("grpo", PAIR)
-    assert alone == {"A": []} and grpo == {"A": [], "B": []}
+    assert grpo == {"A": [], "B": []}
 
 
 def test_sgt_sends_one_correct_peer_response_per_all_fail_prompt() -> None:

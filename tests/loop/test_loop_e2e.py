@@ -61,6 +61,21 @@ def test_every_entry_updates_its_policies(name, tmp_path, fresh_policies):
         assert 0.0 <= row["all_fail_share"] <= 1.0
 
 
+def test_graft_with_one_agent_is_grpo(tmp_path, fresh_policies, caplog):
+    """GRAFT-SPEC §8: with N = 1 nothing can move, so the loop runs plain GRPO."""
+    finals, rows = {}, {}
+    for name in ("grpo", "graft"):
+        policies = fresh_policies("tiny-a")
+        config = small_config(tmp_path / name, name, agents=("tiny-a",))
+        with caplog.at_level("INFO", logger="algorithms.loop"):
+            run = Trainer(config, policies=policies).train()
+        rows[name] = [{k: v for k, v in r.items() if not k.startswith("time/")} for r in run]
+        finals[name] = snapshot(policies["tiny-a"])
+    assert all(torch.equal(finals["grpo"][k], finals["graft"][k]) for k in finals["grpo"])
+    assert rows["graft"] == rows["grpo"] and rows["grpo"][0]["loss"] != 0
+    assert "'graft' has one agent: no exchange can happen" in caplog.text
+
+
 @pytest.mark.parametrize("name", ["graft", "graft-no-compat"])
 def test_transferred_groups_reach_the_receivers_loss(name, tmp_path, fresh_policies):
     config = small_config(tmp_path / "run", name, steps=4)
