@@ -24,6 +24,7 @@ from algorithms.periodic_eval import EvalSpec
 from algorithms.wandb_sink import WandbSpec
 from graft_env.policies.hf_options import HFPolicyOptions
 from graft_env.policies.precision import HALF_PRECISION_DTYPES, half_precision_training_error
+from graft_env.threads import valid_threads
 
 
 class _Loader(yaml.SafeLoader):
@@ -132,6 +133,16 @@ class TrainConfig:
         default_factory=dict,
         metadata={"help": "Ray backend options (address, per-agent resources); see docs"},
     )
+    threads: int | None = field(
+        default=None,
+        metadata={
+            "help": "torch CPU threads of `graft train` (null: $OMP_NUM_THREADS if set, else 1). "
+            "One thread never oversubscribes cores that other processes share, and reruns are "
+            "bit-identical whatever the machine's load; more threads are faster only on cores "
+            "nobody else uses, and change results in the last bits (graft_env.threads). "
+            "`graft compare` runs its cells with the grid's `threads`"
+        },
+    )
 
     def validate(self) -> TrainConfig:
         if not self.agents:
@@ -147,6 +158,11 @@ class TrainConfig:
             raise ConfigError(f"backend must be one of {list(BACKENDS)}, got {self.backend!r}")
         for index, agent in enumerate(self.agents):
             _check_precision(agent.options, f"agents.{index}.options")
+        if self.threads is not None and not valid_threads(self.threads):
+            raise ConfigError(
+                f"invalid value for threads: {self.threads!r} (an integer >= 1, or null for "
+                "$OMP_NUM_THREADS, else 1)"
+            )
         checks = {
             "steps": self.steps >= 1,
             "env.batch_size": self.env.batch_size >= 1,

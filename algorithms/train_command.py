@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 from algorithms.run_config import load_config
+from graft_env.threads import resolve_threads, torch_threads
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "tiny_pair_graft.yaml"
 
@@ -39,12 +40,13 @@ def run(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     config = load_config(args.config, args.overrides)
+    threads = resolve_threads(config.threads)
     if args.fresh:
         shutil.rmtree(config.run_dir, ignore_errors=True)
-    trainer = Trainer(config)
-    rows = trainer.train()
+    with torch_threads(threads):  # before the models load: they are the first to compute
+        rows = Trainer(config).train()
     last = {row["agent"]: row for row in rows if row["step"] == config.steps - 1}
-    print(f"\n{config.algorithm}: {config.steps} steps in {config.run_dir}")
+    print(f"\n{config.algorithm}: {config.steps} steps in {config.run_dir} (threads: {threads})")
     for agent, row in last.items():
         print(
             f"  {agent}: last-step reward {row['reward_mean']:.3f}, "

@@ -10,7 +10,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from graft_env import data
+from graft_env import data, threads
 
 
 def _cmd_data_list(args: argparse.Namespace) -> int:
@@ -54,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # Before build_parser: the subcommands import torch, whose OpenMP runtime reads these once.
+    threads.process_defaults()
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)

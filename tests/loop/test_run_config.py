@@ -71,3 +71,14 @@ def test_missing_config_file_is_a_clear_error(tmp_path):
 def test_round_trip_through_plain_data():
     config = config_from_dict(BASE, ["steps=7"])
     assert config_from_dict(config.to_dict()) == config
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "two", "1.5", "true"])
+def test_threads_must_be_a_whole_number_of_at_least_one(value):
+    with pytest.raises(ConfigError, match=r"^invalid value for threads: .* \(an integer >= 1"):
+        config_from_dict(BASE, [f"threads={value}"])
+
+
+def test_threads_are_unset_by_default_and_settable():
+    assert config_from_dict(BASE).threads is None
+    assert config_from_dict(BASE, ["threads=3"]).threads == 3
