@@ -6,7 +6,9 @@ Each worker is a separate process handling one item at a time; the parent gives 
 a deadline and kills and replaces a worker that overruns it, so no input can hold a batch
 longer than the limit plus a small overhead, and ``verify_batch`` can be called from any
 thread. Workers start once (``forkserver`` where available, so they are safe to start from
-a process that already runs threads or torch) and are reused across batches.
+a process that already runs threads or torch) and are reused across batches. Each runs one
+passive OpenMP thread, set in the fork server before anything a worker imports starts
+(`_one_thread`; under spawn, workers inherit the parent's settings).
 
 As with any ``spawn``/``forkserver`` multiprocessing, workers import the main module of the
 program: a script that creates a pool must do so under ``if __name__ == "__main__":``, and
@@ -33,6 +35,9 @@ from graft_env.rewards import _preload, _worker
 from graft_env.rewards.checker import DEFAULT_MAX_CHARS, response_tail, validate_limits
 from graft_env.rewards.verdict import Verdict
 
+ONE_THREAD_MODULE = "graft_env.rewards._one_thread"
+"""Preloaded by the fork server; named, never imported here (it makes its importer one-threaded)."""
+
 STARTUP_TIMEOUT_S = 120.0
 """How long a new worker may take to import math-verify and warm up (slow shared CPUs)."""
 
@@ -43,8 +48,10 @@ def _context() -> BaseContext:
         context = multiprocessing.get_context("forkserver")
         # Process-wide setting; it only takes effect if the fork server is not running yet.
         # Otherwise (another library started it first) workers import and warm up
-        # math-verify themselves, which is slower but equally correct.
-        context.set_forkserver_preload([_preload.__name__])
+        # math-verify themselves, which is slower but equally correct, and inherit that
+        # server's thread settings. ONE_THREAD_MODULE comes first: it sets the environment that
+        # everything imported after it (the main module, torch) starts under.
+        context.set_forkserver_preload([ONE_THREAD_MODULE, _preload.__name__])
         return context
     return multiprocessing.get_context("spawn")
 

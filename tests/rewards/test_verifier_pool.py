@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -91,6 +96,50 @@ def test_crashed_worker_scores_error_and_is_replaced() -> None:
         assert not thread.is_alive()
         assert results[0] == [Verdict(0.0, "error", slow[7:-1]), Verdict(1.0, "ok", "2")]
         assert own_pool.worker_pids != [victim]
+
+
+# A training script: torch at top level, which every worker imports again (as __mp_main__)
+# before it runs; each worker records the OpenMP settings it imported torch under.
+TORCH_SCRIPT = textwrap.dedent(
+    r"""
+    import json, os, sys
+    import torch
+
+    if __name__ == "__mp_main__":
+        record = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY")}
+        record["torch_threads"] = torch.get_num_threads()
+        with open(os.path.join(sys.argv[1], f"{os.getpid()}.json"), "w") as out:
+            json.dump(record, out)
+
+    if __name__ == "__main__":
+        from graft_env.rewards import VerifierPool
+
+        with VerifierPool(num_workers=2) as pool:
+            assert pool.verify_batch(["\\boxed{2}"], ["2"])[0].reward == 1.0
+        print(json.dumps([os.environ.get("OMP_NUM_THREADS"), torch.get_num_threads()]))
+    """
+)
+
+
+def test_workers_import_torch_with_one_passive_thread(tmp_path: Path) -> None:
+    """Whatever the parent runs with (here the user's 2 threads and OpenMP's spinning default),
+    a worker is one of several single-threaded processes sharing the cores with it."""
+    script = tmp_path / "train.py"
+    script.write_text(TORCH_SCRIPT)
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path)],
+        env={**env, "OMP_NUM_THREADS": "2"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == ["2", 2]  # the parent keeps its own settings
+    records = [json.loads(path.read_text()) for path in tmp_path.glob("*.json")]
+    expected = {"OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE", "torch_threads": 1}
+    assert len(records) == 2 and all(record == expected for record in records), records
 
 
 def test_closed_pool_refuses_work() -> None:
