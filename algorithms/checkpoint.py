@@ -2,11 +2,14 @@
 
 A checkpoint is a directory ``checkpoints/step_000010/`` holding one sub-directory
 per policy (weights, optimizer and RNG state, written by ``Policy.save``), the
-loop's own ``state.json``, and a ``MANIFEST.json`` listing the size and SHA-256 of
-every file. It is assembled under a temporary name and renamed into place only
-after the manifest is written, so a run killed mid-save leaves either nothing or a
-``.tmp`` directory. On resume, a checkpoint whose manifest is missing or does not
-match its files is reported and skipped in favour of the previous good one.
+loop's own ``state.json`` (the step, and the exchange strategy's state under
+``"exchange"``: `exchange_state`), and a ``MANIFEST.json`` listing the size and
+SHA-256 of every file. It is assembled under a temporary name and renamed into
+place only after the manifest is written, so a run killed mid-save leaves either
+nothing or a ``.tmp`` directory. On resume, a checkpoint whose manifest is missing
+or does not match its files is reported and skipped in favour of the previous good
+one; an intact one whose strategy state does not fit the run is refused
+(`CheckpointError`).
 """
 
 from __future__ import annotations
@@ -21,9 +24,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from algorithms.exchange import ExchangeStrategy
 from graft_env.policies import Policy
 
 log = logging.getLogger(__name__)
+
+
+class CheckpointError(ValueError):
+    """An intact checkpoint that cannot resume this run."""
+
 
 _NAME = re.compile(r"^step_(\d{6,})$")
 
@@ -112,3 +121,28 @@ def latest_checkpoint(root: str | os.PathLike) -> tuple[Path, dict[str, Any]] | 
             "checkpoint %s (step %d) is unusable: %s; trying an older one", path, step, problem
         )
     return None
+
+
+def exchange_state(strategy: ExchangeStrategy) -> dict[str, Any]:
+    """The strategy's name and state, for the loop state saved with a checkpoint."""
+    return {"strategy": strategy.name, "state": strategy.state_dict()}
+
+
+def restore_exchange_state(
+    strategy: ExchangeStrategy, state: Mapping[str, Any], path: Path
+) -> None:
+    """Load the strategy state a checkpoint saved; refuse one that is not this strategy's.
+
+    A checkpoint from before strategies had state counts as an empty state, which a
+    stateless strategy takes and a stateful one refuses (its resume would not be exact).
+    """
+    saved = state.get("exchange", {"strategy": strategy.name, "state": {}})
+    if saved["strategy"] != strategy.name:
+        raise CheckpointError(
+            f"checkpoint {path}: it holds the state of exchange strategy {saved['strategy']!r}, "
+            f"this run's algorithm uses {strategy.name!r}"
+        )
+    try:
+        strategy.load_state_dict(saved["state"])
+    except ValueError as error:
+        raise CheckpointError(f"checkpoint {path}: {error}") from None

@@ -11,8 +11,8 @@ loop. One step, for the shared prompt batch of step t:
 4. update    each live policy runs its `TrainBatch` in the algorithm's minibatch order.
 
 All randomness of step t derives from (seed, t), and checkpoints hold weights,
-optimizer and RNG state, so a run resumed from a checkpoint reproduces an
-uninterrupted one.
+optimizer and RNG state and the exchange strategy's state (HACPO's capability
+window), so a run resumed from a checkpoint reproduces an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -29,7 +29,12 @@ import yaml
 
 import algorithms
 from algorithms.algorithm import Algorithm
-from algorithms.checkpoint import latest_checkpoint, save_checkpoint
+from algorithms.checkpoint import (
+    exchange_state,
+    latest_checkpoint,
+    restore_exchange_state,
+    save_checkpoint,
+)
 from algorithms.metrics import MetricsLog, agent_step_metrics
 from algorithms.periodic_eval import PeriodicEvaluator
 from algorithms.rollout import (
@@ -128,7 +133,7 @@ class Trainer:
                 f"peer (GRAFT-SPEC §9); got live agents {names}"
             )
         if self.algorithm.config.exchange != "none" and len(names) + bool(self.peer) < 2:
-            # GRAFT-SPEC §8: with N = 1 every strategy transfers nothing, so this is GRPO.
+            # GRAFT-SPEC §8: with N = 1 every strategy transfers nothing (graft is then GRPO).
             log.info("%r has one agent: no exchange can happen", self.algorithm.name)
         env_agents = [*names, *([self.peer.agent] if self.peer else [])]
         self.env = MultiAgentMathEnv(
@@ -193,6 +198,7 @@ class Trainer:
         found = latest_checkpoint(self.run_dir / "checkpoints") if resume else None
         if found is not None:
             path, state = found
+            restore_exchange_state(self.algorithm.strategy, state, path)
             for name, policy in self.policies.items():
                 policy.load(path / name)
             self.step = int(state["step"])
@@ -397,7 +403,11 @@ class Trainer:
                         self.run_dir / "checkpoints",
                         self.step,
                         self.policies,
-                        {"step": self.step, "algorithm": self.algorithm.name},
+                        {
+                            "step": self.step,
+                            "algorithm": self.algorithm.name,
+                            "exchange": exchange_state(self.algorithm.strategy),
+                        },
                         keep=self.config.keep_checkpoints,
                     )
                 progress.update(record)

@@ -8,7 +8,9 @@ from the `AlgorithmConfig` and called once per step:
 Every receiver is a key (an empty list when nothing moves). Inputs are each
 agent's `AgentRollouts` with rewards and advantages filled; the scorer re-scores
 peer texts under a receiver's own tokenizer and behaviour policy. After a call,
-`strategy.last_stats` holds what happened (`ExchangeStats`).
+`strategy.last_stats` holds what happened (`ExchangeStats`). A strategy that keeps
+state across steps (HACPO's capability window) returns it from `state_dict()` and
+takes it back in `load_state_dict()`, so checkpoints resume it exactly.
 
 Two hooks say how the receiver's *own* groups combine with what it received;
 their defaults are GRAFT's replacement semantics:
@@ -24,6 +26,7 @@ their defaults are GRAFT's replacement semantics:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -70,6 +73,21 @@ class ExchangeStrategy:
     ) -> np.ndarray:
         """Advantages [P, n] of the receiver's own responses; default: its own group's."""
         return filled_advantages(rollouts[receiver])
+
+    def state_dict(self) -> dict[str, Any]:
+        """What the strategy carries from one step to the next, as JSON-ready data.
+
+        The loop saves it in the checkpoint's state.json (digested by its manifest), so a
+        resumed run continues with the same state. Stateless strategies keep nothing: {}.
+        """
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what `state_dict` returned; a stateless strategy accepts only {}."""
+        if state:
+            raise ValueError(
+                f"exchange strategy {self.name!r} keeps no state, but got {sorted(state)}"
+            )
 
 
 def register_strategy(name: str) -> Callable[[type[ExchangeStrategy]], type[ExchangeStrategy]]:

@@ -7,12 +7,13 @@ prompt is the n own responses plus the n responses of every peer. Four mechanism
 
 1. Capability-aware advantage (paper Eq.5-6). Capability P_a is agent a's rolling
    success rate (mean of `capability_window` steps, updated with the current step
-   first). A response from source S is weighted by omega = 1 / clip(P_S / P_L)
-   in the baseline b = mean_j(omega_j r_j); b = plain mean when all rewards of the
-   pooled group are equal (no signal is invented) and b = mean of L's own rewards
-   if the weighted baseline exceeds 1 (binary rewards). Advantage
-   (r - b) / (std + adv_eps) over the pooled group, sample std (preset adv_ddof=1).
-   Own responses get these advantages too (`own_advantages`).
+   first; checkpoints save the window: `state_dict`). A response from source S is
+   weighted by omega = 1 / clip(P_S / P_L) in the baseline b = mean_j(omega_j r_j);
+   b = plain mean when all rewards of the pooled group are equal (no signal is
+   invented) and b = mean of L's own rewards if the weighted baseline exceeds 1
+   (binary rewards). Advantage (r - b) / (std + adv_eps) over the pooled group,
+   sample std (preset adv_ddof=1). Own responses get these advantages too
+   (`own_advantages`).
 2. Capability discrepancy coefficient: a peer response's loss term is scaled by
    clip(P_S / P_L, capability_ratio_min, capability_ratio_max) - its weight here.
 3. Exponential importance sampling: the ratio of a peer response is the
@@ -39,6 +40,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -70,6 +72,30 @@ class HacpoExchange(ExchangeStrategy):
         """False: own groups and peer groups are separate units, so peer-last runs all
         own rows first, as the authors' trainer does (`_target_trajectories_self_first`)."""
         return False
+
+    def state_dict(self) -> dict[str, Any]:
+        """The rolling success rates of every agent, oldest first (exact floats in JSON)."""
+        return {"success_history": {a: list(rates) for a, rates in self._success_history.items()}}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore the window `state_dict` saved; anything else is refused."""
+        window = self.config.capability_window
+        history = state.get("success_history") if set(state) == {"success_history"} else None
+        if not isinstance(history, dict):
+            raise ValueError(
+                f"hacpo state must be {{'success_history': {{agent: rates}}}}, got keys "
+                f"{sorted(state)}"
+            )
+        for agent, rates in history.items():
+            if not isinstance(rates, list) or len(rates) > window:
+                raise ValueError(
+                    f"hacpo state: success_history[{agent!r}] must list at most {window} rates "
+                    f"(capability_window), got {rates!r}"
+                )
+        self._success_history = {
+            agent: deque((float(r) for r in rates), maxlen=window)
+            for agent, rates in history.items()
+        }
 
     def capabilities(self) -> dict[str, float]:
         """Rolling success rate of every agent seen so far."""

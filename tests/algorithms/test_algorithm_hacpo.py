@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -77,3 +79,60 @@ def test_peer_ratio_is_the_sequence_ratio_against_the_source_mean_and_clips_abov
 
     assert clipped_peer_tokens(np.log(0.9)) == 0  # inside the one-sided range [0.8, 1]
     assert clipped_peer_tokens(np.log(1.1)) == sum(len(s.response_token_ids) for s in peers)
+
+
+def step(algo, ks: dict[str, list[int]]):
+    rollouts = {a: make_rollouts(a, k) for a, k in ks.items()}
+    algo.compute_advantages(rollouts)
+    return algo.exchange(rollouts, list(ks), TextScorer(), np.random.default_rng(0))
+
+
+def test_the_capability_window_survives_a_restart_through_state_dict() -> None:
+    first, second, third = (
+        {"A": [0, 0], "B": [4, 4]},
+        {"A": [4, 4], "B": [1, 1]},
+        {
+            "A": [0, 2],
+            "B": [3, 0],
+        },
+    )
+    algo = algorithms.make("hacpo", n=N, capability_window=3)
+    step(algo, first)
+    step(algo, second)
+    saved = json.loads(json.dumps(algo.strategy.state_dict()))  # as the checkpoint stores it
+    restored, fresh = (algorithms.make("hacpo", n=N, capability_window=3) for _ in range(2))
+    restored.strategy.load_state_dict(saved)
+    expected = step(algo, third)
+    for other, same in ((restored, True), (fresh, False)):
+        got = step(other, third)
+        equal = all(
+            np.array_equal(g.weights, e.weights) and np.array_equal(g.advantages, e.advantages)
+            for r in expected
+            for g, e in zip(got[r], expected[r], strict=True)
+        )
+        assert equal == same
+    assert restored.strategy.capabilities() == algo.strategy.capabilities()
+
+
+@pytest.mark.parametrize(
+    ("state", "message"),
+    [
+        ({}, r"hacpo state must be \{'success_history'"),
+        ({"success_history": {"A": [0.5] * 4}}, "at most 3 rates"),
+        ({"success_history": {"A": 0.5}}, "at most 3 rates"),
+        ({"success_history": {}, "extra": 1}, r"hacpo state must be \{'success_history'"),
+    ],
+)
+def test_a_hacpo_state_that_does_not_fit_is_refused(state, message) -> None:
+    strategy = algorithms.make("hacpo", n=N, capability_window=3).strategy
+    with pytest.raises(ValueError, match=message):
+        strategy.load_state_dict(state)
+
+
+@pytest.mark.parametrize("name", ["grpo", "graft", "sgt"])
+def test_stateless_strategies_save_nothing_and_refuse_a_state(name) -> None:
+    strategy = algorithms.make(name).strategy
+    assert strategy.state_dict() == {}
+    strategy.load_state_dict({})
+    with pytest.raises(ValueError, match=f"strategy '{name.replace('grpo', 'none')}' keeps no"):
+        strategy.load_state_dict({"success_history": {}})

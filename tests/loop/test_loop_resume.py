@@ -8,6 +8,7 @@ import pytest
 import torch
 from run_configs import small_config
 
+from algorithms.checkpoint import CheckpointError, save_checkpoint
 from algorithms.loop import Trainer
 
 
@@ -83,9 +84,71 @@ def test_resume_after_a_mid_step_kill_and_a_corrupt_checkpoint(tmp_path, fresh_p
     assert [json.loads(x)["step"] for x in lines] == [0, 0, 1, 1, 2, 2]
 
 
+# Every entry with state beyond the weights that could escape a checkpoint: HACPO's rolling
+# capability window, the refill stream of dynamic sampling, the stored peer's log, and the
+# step rng of SGT's pick and the random controls.
+STATEFUL = [
+    "hacpo",
+    "grpo-dynamic",
+    "graft-stored",
+    "sgt",
+    "graft-random-prompts",
+    "graft-random-admission",
+]
+
+
+def entry_config(run_dir, name, store_dir):
+    if name == "graft-stored":
+        peer = {"run_dir": str(store_dir), "agent": "tiny-b"}
+        return small_config(run_dir, name, agents=("tiny-a",), steps=3, stored_peer=peer)
+    agents = ("tiny-a",) if name == "grpo-dynamic" else ("tiny-a", "tiny-b")
+    return small_config(run_dir, name, agents=agents, steps=3)
+
+
+@pytest.mark.parametrize("name", STATEFUL)
+def test_every_stateful_entry_resumes_exactly(name, tmp_path, fresh_policies):
+    store_dir = tmp_path / "peer"
+    if name == "graft-stored":
+        peer_config = small_config(store_dir, "grpo", agents=("tiny-b",), steps=3)
+        Trainer(peer_config, policies=fresh_policies("tiny-b")).train()
+    agents = entry_config(tmp_path, name, store_dir).agents
+    names = [a.name for a in agents]
+    policies = fresh_policies(*names)
+    reference = Trainer(entry_config(tmp_path / "reference", name, store_dir), policies=policies)
+    reference_rows = comparable(reference.train())
+    reference_weights = final_state(policies)
+
+    config = entry_config(tmp_path / "run", name, store_dir)
+
+    def kill_after_first_step(record):
+        if record.step == 0:
+            raise Killed
+
+    with pytest.raises(Killed):
+        Trainer(config, policies=fresh_policies(*names)).train(on_step=kill_after_first_step)
+    policies = fresh_policies(*names)
+    rows = Trainer(config, policies=policies).train()
+    assert_same_weights(reference_weights, final_state(policies))
+    assert comparable(rows) == reference_rows
+
+
 def test_a_different_config_in_the_same_run_dir_is_refused(tmp_path, fresh_policies):
     config = small_config(tmp_path / "run", "graft", steps=1)
     Trainer(config, policies=fresh_policies("tiny-a", "tiny-b")).train()
     other = small_config(tmp_path / "run", "grpo", agents=("tiny-a",), steps=1)
     with pytest.raises(ValueError, match="different config"):
         Trainer(other, policies=fresh_policies("tiny-a")).open()
+
+
+def test_a_checkpoint_whose_strategy_state_does_not_fit_is_refused(tmp_path, fresh_policies):
+    config = small_config(tmp_path / "run", "hacpo", steps=2)
+    policies = fresh_policies("tiny-a", "tiny-b")
+    for exchange, message in (
+        ({"strategy": "graft", "state": {}}, "holds the state of exchange strategy 'graft'"),
+        ({"strategy": "hacpo", "state": {}}, "hacpo state must be"),
+        (None, "hacpo state must be"),  # a checkpoint written before strategies had state
+    ):
+        state = {"step": 1, "algorithm": "hacpo"} | ({"exchange": exchange} if exchange else {})
+        save_checkpoint(tmp_path / "run" / "checkpoints", 1, policies, state)
+        with pytest.raises(CheckpointError, match=f"step_000001: .*{message}"):
+            Trainer(config, policies=policies).open()
