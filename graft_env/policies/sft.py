@@ -5,13 +5,17 @@ so the warm-started model is trained on exactly the layout it will later sample
 and be scored in. Batches are length-bucketed (a pool of several batches is sorted
 by length and cut into batches, served in random order) because on a 2-core CPU
 padding is the largest avoidable cost.
+
+With a `SkillMix` the examples are drawn skill by skill, with weights that a
+callback resets during the run (the testbed's warm start to per-skill targets),
+and the callback can stop the run early.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -74,16 +78,68 @@ def _bucketed_batches(
                 yield batches[pick]
 
 
+@dataclass(frozen=True)
+class SkillMix:
+    """Per-skill data weights that change during a warm start.
+
+    skills: the skill of every example.
+    every: steps between calls of `weights` (the first at step 0).
+    weights(step): every skill's data weight from this step on (not all 0), or
+        None to stop here. A new weight applies from the next pool of
+        `bucket_batches` batches on (pools are drawn, then sorted by length).
+    """
+
+    skills: Sequence[str]
+    every: int
+    weights: Callable[[int], Mapping[str, float] | None]
+
+
+def _weighted_batches(
+    examples: Sequence[Example],
+    skills: Sequence[str],
+    weights: Mapping[str, float],
+    config: SFTConfig,
+    generator: torch.Generator,
+) -> Iterator[list[int]]:
+    """Like `_bucketed_batches`, but each pool draws its examples' skills by the current
+    `weights` (read at every pool) and cycles through each skill's examples in a
+    fresh random order."""
+    names = sorted(set(skills))
+    members = {name: [i for i, s in enumerate(skills) if s == name] for name in names}
+    queues: dict[str, list[int]] = {name: [] for name in names}
+    pool_size = config.batch_size * config.bucket_batches
+
+    def take(name: str) -> int:
+        if not queues[name]:
+            order = torch.randperm(len(members[name]), generator=generator).tolist()
+            queues[name] = [members[name][i] for i in reversed(order)]
+        return queues[name].pop()
+
+    while True:
+        current = torch.tensor([float(weights.get(name, 0.0)) for name in names])
+        if not current.sum() > 0:
+            raise ValueError(f"SkillMix weights are all 0: {dict(weights)}")
+        picks = torch.multinomial(current, pool_size, replacement=True, generator=generator)
+        pool = sorted((take(names[j]) for j in picks.tolist()), key=lambda i: len(examples[i][1]))
+        batches = [pool[b : b + config.batch_size] for b in range(0, pool_size, config.batch_size)]
+        for pick in torch.randperm(len(batches), generator=generator).tolist():
+            yield batches[pick]
+
+
 def supervised_warm_start(
     model: torch.nn.Module,
     examples: Sequence[Example],
     pad_id: int,
     config: SFTConfig,
     progress: Callable[[int, float, float], None] | None = None,
+    *,
+    mix: SkillMix | None = None,
 ) -> list[float]:
-    """Train `model` in place; returns the loss of every step.
+    """Train `model` in place; returns the loss of every step run.
 
     `progress(step, loss, seconds_so_far)` is called every 50 steps and at the end.
+    Without `mix` it runs exactly `config.steps` steps over `examples` in length
+    buckets; with one, up to `config.steps`, drawing by the mix's weights.
     """
     pool_size = config.batch_size * config.bucket_batches
     if len(examples) < pool_size:
@@ -92,15 +148,29 @@ def supervised_warm_start(
         )
     if any(not target for _, target in examples):
         raise ValueError("every SFT example needs a non-empty target")
+    if mix is not None and len(mix.skills) != len(examples):
+        raise ValueError(f"SkillMix has {len(mix.skills)} skills for {len(examples)} examples")
     generator = torch.Generator().manual_seed(config.seed)
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=config.lr, weight_decay=config.weight_decay
     )
-    batches = _bucketed_batches(examples, config, generator)
+    weights: dict[str, float] = {}  # the mix's current weights, read by its batches
+    if mix is None:
+        batches = _bucketed_batches(examples, config, generator)
+    else:
+        batches = _weighted_batches(examples, mix.skills, weights, config, generator)
     losses: list[float] = []
     started = time.perf_counter()
     model.train()
     for step in range(config.steps):
+        if mix is not None and step % mix.every == 0:
+            model.eval()
+            update = mix.weights(step)
+            model.train()
+            if update is None:
+                break
+            weights.clear()
+            weights.update(update)
         for group in optimizer.param_groups:
             group["lr"] = config.lr_at(step)
         batch = [examples[i] for i in next(batches)]

@@ -19,7 +19,11 @@ GPT-NeoX one (rotary) by ~2x in loss; lr 1e-2 diverged to a worse plateau than
 The build is a pure function of (config, seed, the procedural generators) and is
 cached under a key of all three: a second call loads, never re-trains.
 
-    python -m graft_env.policies.tiny --out DIR [--seed 0]
+The same builder builds the testbed pair (`testbed-a` / `testbed-b`,
+`tiny_config.TESTBED`): a larger peer-skill share, warm-started to per-skill
+pass@1 targets (`WarmStartTargets`) instead of for a fixed step count.
+
+    python -m graft_env.policies.tiny --out DIR [--seed 0] [--pair testbed-pair]
 """
 
 from __future__ import annotations
@@ -40,13 +44,19 @@ from transformers import PreTrainedTokenizerFast
 
 from graft_env.data import Problem
 from graft_env.policies import tiny_tokenizer
+from graft_env.policies.base import SamplingParams
+from graft_env.policies.generation import sample
 from graft_env.policies.hf import HFPolicy
-from graft_env.policies.sft import supervised_warm_start
+from graft_env.policies.sft import SkillMix, supervised_warm_start
 from graft_env.policies.tiny_config import (
+    PAIRS,
     TinyModelSpec,
     TinyPairConfig,
+    base_skill_weights,
     cache_key,
     evaluation_problems,
+    skill_targets,
+    target_problems,
     training_problems,
 )
 from graft_env.policies.tiny_models import build_model
@@ -57,6 +67,7 @@ from graft_env.policies.tiny_report import (
 )
 from graft_env.policies.zoo import default_cache_dir
 from graft_env.prompts import format_prompt
+from graft_env.rewards import verify_batch
 
 COMPLETE_FILE = "build.json"
 REPORT_FILE = "report.json"
@@ -76,9 +87,76 @@ def _train_tokenizer(spec: TinyModelSpec, problems: list[Problem]) -> PreTrained
     return tokenizer
 
 
-def _warm_start(spec: TinyModelSpec, config: TinyPairConfig, seed: int, directory: Path) -> dict:
+def _skill_pass_at_1(
+    model: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerFast,
+    problems: list[Problem],
+    n: int,
+    sampling: SamplingParams,
+) -> dict[str, float]:
+    """Mean reward of `n` samples per problem, per skill (the warm start's check)."""
+    prompts = [tokenizer(format_prompt(p.problem, tokenizer))["input_ids"] for p in problems]
+    sampled = sample(
+        model,
+        [ids for ids in prompts for _ in range(n)],
+        sampling,
+        eos_id=tokenizer.eos_token_id,
+        pad_id=tokenizer.pad_token_id,
+        temperature=sampling.temperature,
+        generator=torch.Generator().manual_seed(sampling.seed),
+    )
+    texts = [tokenizer.decode(ids, skip_special_tokens=True) for ids in sampled.token_ids]
+    verdicts = verify_batch(texts, [p.answer for p in problems for _ in range(n)])
+    totals: dict[str, list[float]] = {}
+    for index, verdict in enumerate(verdicts):
+        totals.setdefault(problems[index // n].extra["skill"], []).append(verdict.reward)
+    return {skill: sum(rewards) / len(rewards) for skill, rewards in totals.items()}
+
+
+def _target_mix(
+    spec: TinyModelSpec,
+    config: TinyPairConfig,
+    seed: int,
+    model: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerFast,
+    problems: list[Problem],
+    history: list[dict],
+) -> SkillMix:
+    """The warm start to `config.targets` (see `WarmStartTargets`); every check is
+    appended to `history`."""
+    targets = config.targets
+    goal = skill_targets(spec, targets)
+    base = base_skill_weights(spec, config)
+    held_out = target_problems(config, seed)
+
+    def weights(step: int) -> dict[str, float] | None:
+        if step == 0:
+            return base
+        sampling = SamplingParams(
+            temperature=1.0, top_p=1.0, max_new_tokens=targets.check_max_new_tokens, seed=step
+        )
+        measured = _skill_pass_at_1(model, tokenizer, held_out, targets.check_n, sampling)
+        reached = sorted(s for s in base if measured[s] >= goal[s])
+        shown = "  ".join(f"{s} {measured[s]:.0%}/{goal[s]:.0%}" for s in base)
+        print(f"[{spec.name}] step {step:5d}  pass@1/target  {shown}", flush=True)
+        new = None
+        if len(reached) < len(base):
+            factor = {s: targets.reached_weight if s in reached else 1.0 for s in base}
+            new = {s: w * factor[s] for s, w in base.items()}
+        history.append({"step": step, "pass_at_1": measured, "reached": reached, "weights": new})
+        return new
+
+    return SkillMix([p.extra["skill"] for p in problems], targets.check_every, weights)
+
+
+def _warm_start(
+    spec: TinyModelSpec, config: TinyPairConfig, seed: int, directory: Path, threads: int = 1
+) -> dict:
     """Tokenizer + model + SFT for one member, saved to `directory` (runs in a worker)."""
-    torch.set_num_threads(1)  # one core per member; also makes the result thread-count free
+    # One core per member by default. Thread counts change float summation orders, so
+    # a build with other `threads` is a different build under the same key (as on
+    # another CPU): the testbed's targets are what keeps its statistics stable.
+    torch.set_num_threads(threads)
     problems = training_problems(spec, config, seed)
     tokenizer = _train_tokenizer(spec, problems)
     eos = tokenizer.eos_token_id
@@ -96,6 +174,10 @@ def _warm_start(spec: TinyModelSpec, config: TinyPairConfig, seed: int, director
     def progress(step: int, loss: float, seconds: float) -> None:
         print(f"[{spec.name}] step {step:5d}  loss {loss:.4f}  {seconds:6.0f}s", flush=True)
 
+    checks: list[dict] = []
+    mix = None
+    if config.targets is not None:
+        mix = _target_mix(spec, config, seed, model, tokenizer, problems, checks)
     started = time.perf_counter()
     losses = supervised_warm_start(
         model,
@@ -103,34 +185,40 @@ def _warm_start(spec: TinyModelSpec, config: TinyPairConfig, seed: int, director
         tokenizer.pad_token_id,
         dataclasses.replace(config.sft, seed=seed),
         progress,
+        mix=mix,
     )
     seconds = time.perf_counter() - started
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
-    return {
+    info = {
         "seconds": seconds,
         "final_loss": sum(losses[-50:]) / len(losses[-50:]),
         "parameters": sum(p.numel() for p in model.parameters()),
         "vocab_size": len(tokenizer),
     }
+    if mix is not None:
+        info.update(steps=len(losses), target_checks=checks)
+    return info
 
 
-def _warm_start_all(config: TinyPairConfig, seed: int, staging: Path, workers: int) -> dict:
+def _warm_start_all(
+    config: TinyPairConfig, seed: int, staging: Path, workers: int, threads: int
+) -> dict:
     """Warm-start every member: in `workers` spawned processes, or here when 0."""
-    if workers < 0:
-        raise ValueError(f"workers must be >= 0, got {workers}")
+    if workers < 0 or threads < 1:
+        raise ValueError(f"need workers >= 0 and threads >= 1, got {workers} and {threads}")
     if workers == 0:
-        threads = torch.get_num_threads()
+        previous = torch.get_num_threads()
         try:
             return {
-                spec.name: _warm_start(spec, config, seed, staging / spec.name)
+                spec.name: _warm_start(spec, config, seed, staging / spec.name, threads)
                 for spec in config.models
             }
         finally:
-            torch.set_num_threads(threads)
+            torch.set_num_threads(previous)
     with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
         futures = {
-            spec.name: pool.submit(_warm_start, spec, config, seed, staging / spec.name)
+            spec.name: pool.submit(_warm_start, spec, config, seed, staging / spec.name, threads)
             for spec in config.models
         }
         return {name: future.result() for name, future in futures.items()}
@@ -146,27 +234,29 @@ def build_tiny_pair(
     *,
     config: TinyPairConfig | None = None,
     workers: int = 2,
+    threads: int = 1,
     log: Callable[[str], None] = print,
 ) -> dict[str, Path]:
-    """Build (or load from the cache) the tiny pair; returns {model name: model directory}.
+    """Build (or load from the cache) a tiny pair (default: the tiny pair; `config`:
+    e.g. `tiny_config.TESTBED`); returns {model name: model directory}.
 
-    The models train in `workers` processes, one torch thread each (0: one after
-    the other in this process, same results). `report.json`
+    The models train in `workers` processes, `threads` torch threads each (0
+    workers: one after the other in this process, same results). `report.json`
     (see `tiny_report.complementarity_report`) and `build.json` (config, key,
     timings) are written next to the model directories.
     """
     config = config or TinyPairConfig()
     key = cache_key(config, seed)
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    target = root / f"tiny-pair-{key}"
+    target = root / f"{config.name}-{key}"
     if (target / COMPLETE_FILE).is_file():
         return _model_paths(target, config)
-    staging = root / f".tiny-pair-{key}.{os.getpid()}.tmp"
+    staging = root / f".{config.name}-{key}.{os.getpid()}.tmp"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
-    log(f"building tiny pair {key} (seed {seed}) in {staging}")
+    log(f"building {config.name} {key} (seed {seed}) in {staging}")
     started = time.perf_counter()
-    training = _warm_start_all(config, seed, staging, workers)
+    training = _warm_start_all(config, seed, staging, workers, threads)
     warm_start_seconds = time.perf_counter() - started
     policies = {name: HFPolicy(path) for name, path in _model_paths(staging, config).items()}
     report_started = time.perf_counter()
@@ -186,6 +276,7 @@ def build_tiny_pair(
         "seed": seed,
         "config": dataclasses.asdict(config),
         "training": training,
+        "threads": threads,
         "warm_start_seconds": warm_start_seconds,
         "report_seconds": time.perf_counter() - report_started,
     }
@@ -203,9 +294,14 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=None, help="cache directory")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--pair", choices=list(PAIRS), default="tiny-pair")
     parser.add_argument("--workers", type=int, default=2, help="models trained in parallel")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per model")
     args = parser.parse_args(argv)
-    for name, path in build_tiny_pair(args.out, args.seed, workers=args.workers).items():
+    paths = build_tiny_pair(
+        args.out, args.seed, config=PAIRS[args.pair], workers=args.workers, threads=args.threads
+    )
+    for name, path in paths.items():
         print(f"{name}: {path}")
 
 

@@ -9,6 +9,7 @@ from graft_env.policies.hf import HFPolicy, HFPolicyOptions
 from graft_env.policies.vllm_policy import OPTION_PREFIX, VLLMEngineOptions, VLLMPolicy
 
 TINY_NAMES = ("tiny-a", "tiny-b")
+TESTBED_NAMES = ("testbed-a", "testbed-b")  # tiny_config.TESTBED: the study's pair (issue 16)
 REAL_NAMES = ("smollm2-135m", "gemma3-270m")
 ROLLOUT_BACKENDS = ("transformers", "vllm")
 
@@ -30,10 +31,11 @@ def model_path(
 
 def _builtin_path(name: str, cache: Path, tiny_seed: int) -> Path | None:
     """The local directory of a built-in name (building or converting it if needed)."""
-    if name in TINY_NAMES:
+    if name in TINY_NAMES + TESTBED_NAMES:
         from graft_env.policies.tiny import build_tiny_pair  # heavy build code, only when needed
+        from graft_env.policies.tiny_config import pair_of
 
-        return build_tiny_pair(cache, tiny_seed)[name]
+        return build_tiny_pair(cache, tiny_seed, config=pair_of(name))[name]
     if name in REAL_NAMES:
         from graft_env.policies.real_pair import real_model_path
 
@@ -52,7 +54,8 @@ def load_policy(
     """A transformers-trained policy for a built-in name or any local model directory.
 
     "tiny-a" / "tiny-b" load from the tiny-pair cache, building the pair for
-    `tiny_seed` first if it is missing (~10 min on 2 CPU cores).
+    `tiny_seed` first if it is missing (~10 min on 2 CPU cores); "testbed-a" /
+    "testbed-b" likewise from the testbed pair's (`tiny_config.TESTBED`).
     "smollm2-135m" / "gemma3-270m" load from the converted real pair, converting
     the PyPI GGUFs on first use (`policies.real_pair`). The cache is `cache_dir`,
     else `$GRAFT_CACHE_DIR`, else `~/.cache/graft`.
@@ -82,7 +85,7 @@ def load_policy(
     )
     name = str(path_or_name)
     path = model_path(path_or_name, cache_dir=cache_dir, tiny_seed=tiny_seed)
-    policy_name = name if name in TINY_NAMES + REAL_NAMES else None
+    policy_name = name if name in TINY_NAMES + TESTBED_NAMES + REAL_NAMES else None
     if vllm_options is not None:
         return VLLMPolicy(
             path, name=policy_name, options=policy_options, engine_options=vllm_options

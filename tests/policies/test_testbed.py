@@ -1,0 +1,155 @@
+"""The testbed pair (issue 16): its preset, names, target-based warm start and funnel."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from benchmarks import testbed_report
+from graft_env.data.procedural import SKILLS
+from graft_env.policies import tiny
+from graft_env.policies.sft import SFTConfig, _weighted_batches
+from graft_env.policies.tiny import COMPLETE_FILE, build_tiny_pair
+from graft_env.policies.tiny_config import (
+    TESTBED,
+    TinyPairConfig,
+    WarmStartTargets,
+    base_skill_weights,
+    cache_key,
+    pair_of,
+    target_problems,
+)
+from graft_env.policies.tiny_models import TinyShape
+from graft_env.policies.zoo import model_path
+
+SMALL = dict(
+    shape=TinyShape(hidden=16, layers=1, heads=2, max_positions=256),
+    sft=SFTConfig(steps=12, batch_size=4, bucket_batches=2, warmup_steps=1),
+    train_problems=64,
+    eval_prompts_per_skill=1,
+    eval_n=2,
+    eval_max_new_tokens=8,
+)
+QUICK_TESTBED = dataclasses.replace(
+    TESTBED,
+    **SMALL,
+    targets=WarmStartTargets(check_every=4, check_prompts=1, check_n=2, check_max_new_tokens=8),
+)
+
+
+def test_the_tiny_pair_keeps_its_key_and_the_testbed_has_its_own():
+    # The key of the tiny pair the tests and the README use (build version 3): the
+    # testbed's fields must not enter it at their defaults, or every cache rebuilds.
+    assert cache_key(TinyPairConfig(), 0) == "7c72bbacf939a1cc"
+    assert cache_key(TESTBED, 0) != cache_key(TinyPairConfig(), 0)
+    other_targets = dataclasses.replace(TESTBED.targets, own=0.6)
+    assert cache_key(dataclasses.replace(TESTBED, targets=other_targets), 0) != cache_key(
+        TESTBED, 0
+    )
+
+
+def test_the_testbed_preset_validates():
+    assert TESTBED.targets is not None and TESTBED.name == "testbed-pair"
+    assert [m.name for m in TESTBED.models] == ["testbed-a", "testbed-b"]
+    assert dataclasses.replace(TESTBED) == TESTBED  # __post_init__ accepts it
+    weights = base_skill_weights(TESTBED.models[0], TESTBED)
+    assert sum(weights.values()) == pytest.approx(1.0)
+    assert weights["subtraction"] == pytest.approx(TESTBED.peer_skill_share / 3)
+    with pytest.raises(ValueError, match=r"peer_skill_share > 0"):
+        dataclasses.replace(TESTBED, peer_skill_share=0.0)
+    with pytest.raises(ValueError, match=r"WarmStartTargets\.own"):
+        WarmStartTargets(own=1.5)
+
+
+def test_target_checks_are_held_out_from_sft_and_from_the_rl_stream():
+    problems = target_problems(TESTBED, 0)
+    assert len(problems) == TESTBED.targets.check_prompts * len(SKILLS)
+    assert all("/train/" in p.id and int(p.id.rsplit("/", 1)[1]) >= 10**6 for p in problems)
+
+
+def test_testbed_names_resolve_to_the_testbed_cache(tmp_path):
+    assert pair_of("testbed-b") is TESTBED
+    assert pair_of("tiny-a") == TinyPairConfig()
+    assert pair_of("gpt2") is None
+    built = tmp_path / f"testbed-pair-{cache_key(TESTBED, 0)}"
+    built.mkdir()
+    (built / COMPLETE_FILE).write_text("{}")  # a finished build: resolving must not rebuild
+    assert model_path("testbed-a", cache_dir=tmp_path) == built / "testbed-a"
+
+
+def test_weighted_batches_follow_the_current_weights():
+    examples = [([1], [2] * (1 + i % 3)) for i in range(40)]
+    skills = ["a" if i < 20 else "b" for i in range(40)]
+    weights = {"a": 1.0, "b": 0.0}
+    config = SFTConfig(batch_size=4, bucket_batches=2)
+    batches = _weighted_batches(examples, skills, weights, config, torch.Generator())
+    first_pool = [i for _ in range(2) for i in next(batches)]
+    assert all(skills[i] == "a" for i in first_pool)
+    weights.update(a=0.0, b=1.0)  # read when the next pool is drawn
+    second_pool = [i for _ in range(2) for i in next(batches)]
+    assert all(skills[i] == "b" for i in second_pool)
+
+
+def _scripted_pass_at_1(values):
+    """A stand-in for the check's sampling: pass@1 per skill from `values(call)`."""
+    calls = []
+
+    def measure(model, tokenizer, problems, n, sampling):
+        calls.append(sampling.seed)
+        return {skill: values(len(calls)) for skill in SKILLS}
+
+    return measure, calls
+
+
+def _training(paths):
+    return json.loads((next(iter(paths.values())).parent / COMPLETE_FILE).read_text())["training"]
+
+
+def test_warm_start_stops_when_every_skill_is_at_target(tmp_path, monkeypatch):
+    # Checks every 4 of at most 12 steps; the members train one after the other, so
+    # testbed-a sees calls 1-2 (steps 4, 8), testbed-b call 3 (step 4).
+    measure, calls = _scripted_pass_at_1(lambda call: 0.0 if call == 1 else 1.0)
+    monkeypatch.setattr(tiny, "_skill_pass_at_1", measure)
+    training = _training(
+        build_tiny_pair(tmp_path, config=QUICK_TESTBED, workers=0, log=lambda _: None)
+    )
+    assert training["testbed-a"]["steps"] == 8 < QUICK_TESTBED.sft.steps
+    assert [c["step"] for c in training["testbed-a"]["target_checks"]] == [4, 8]
+    assert training["testbed-a"]["target_checks"][0]["reached"] == []
+    assert training["testbed-b"]["steps"] == 4
+    assert training["testbed-b"]["target_checks"][-1]["weights"] is None
+    assert len(calls) == 3
+
+
+def test_warm_start_runs_to_the_cap_and_sets_reached_skills_aside(tmp_path, monkeypatch):
+    targets = dataclasses.replace(QUICK_TESTBED.targets, reached_weight=0.25)
+    config = dataclasses.replace(QUICK_TESTBED, targets=targets)
+    measure, _ = _scripted_pass_at_1(lambda call: 0.3)  # own target 0.5 missed, peer 0.1 met
+    monkeypatch.setattr(tiny, "_skill_pass_at_1", measure)
+    training = _training(build_tiny_pair(tmp_path, config=config, workers=0, log=lambda _: None))
+    spec = config.models[0]
+    member = training[spec.name]
+    assert member["steps"] == config.sft.steps
+    check = member["target_checks"][-1]
+    assert check["reached"] == sorted(s for s in SKILLS if s not in spec.skills)
+    base = base_skill_weights(spec, config)
+    for skill, weight in check["weights"].items():
+        factor = 0.25 if skill in check["reached"] else 1.0
+        assert weight == pytest.approx(factor * base[skill])
+
+
+def test_funnel_script_runs_one_graft_step_at_the_smallest_size(tmp_path, capsys):
+    config = dataclasses.replace(TinyPairConfig(), **SMALL)
+    paths = build_tiny_pair(tmp_path, config=config, workers=0, log=lambda _: None)
+    out = tmp_path / "funnel.json"
+    sizes = ["--prompts", "3", "--n", "2", "--max-new-tokens", "8"]
+    result = testbed_report.main(["--models", *map(str, paths.values()), *sizes, "--out", str(out)])
+    assert json.loads(out.read_text()) == result
+    assert set(result["directions"]) == {"tiny-a->tiny-b", "tiny-b->tiny-a"}
+    for direction in result["directions"].values():
+        assert 0 <= direction["prompts_kept"] <= direction["gate_candidates"] <= 3
+        assert direction["responses_transferred"] == 2 * direction["prompts_kept"]
+    assert "peer share of update" in capsys.readouterr().out
