@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.dataset as ds
-import torch
 from rich.console import Console
 
 from algorithms.checkpoint import latest_checkpoint
@@ -41,6 +40,7 @@ from benchmarks.compare_cells import (
 from benchmarks.compare_grid import GridError, GridSpec
 from benchmarks.report import run_provenance
 from graft_env.data import Problem
+from graft_env.threads import resolve_threads, torch_threads
 
 EVAL_METRIC = "eval/average/pass@1"
 
@@ -238,12 +238,9 @@ def run_grid(
         raise GridError(f"cells run with another config: {names}; use --redo-changed")
     for cell in stale:
         remove_cell(cell)
-    threads = torch.get_num_threads()
-    if grid.threads:
-        torch.set_num_threads(grid.threads)
     final_sets = None
     results = []
-    try:
+    with torch_threads(resolve_threads(grid.threads)):
         for number, cell in enumerate(cells, 1):
             where = f"[{number}/{len(cells)}] {cell.cell_id}"
             found = read_result(cell)
@@ -258,6 +255,4 @@ def run_grid(
             seconds = result["timings"]["cell_seconds"]
             console.print(f"{where}: done in {seconds:.0f} s ({_headline(result)})")
             results.append(result)
-    finally:
-        torch.set_num_threads(threads)
     return results

@@ -144,8 +144,9 @@ def make_cell(
             config = _train_config(grid, entry, agents, options, seed, directory, peer)
         except ValueError as error:
             raise GridError(f"cell {cell_id}: {error}") from None
-        paths = ("run_dir", "stored_peer")  # where, not what: moving --out keeps the hash
-        train = {k: v for k, v in config.to_dict().items() if k not in paths}
+        # where and how fast, not what: moving --out or changing threads keeps the hash
+        ignored = ("run_dir", "stored_peer", "threads")
+        train = {k: v for k, v in config.to_dict().items() if k not in ignored}
     payload = {
         "train": train,
         "stored_peer": [source.cell_id, source.config_hash] if source else None,

@@ -98,7 +98,8 @@ class PeriodicPlan:
 @dataclass(frozen=True)
 class GridSpec:
     """A validated grid. `base` is the merged run config every cell starts from; `threads`
-    sets torch's CPU threads while the grid runs (None: leave them)."""
+    sets torch's CPU threads while the grid runs (None: as for `graft train`,
+    $OMP_NUM_THREADS, else 1; a cell's own `threads` is not used)."""
 
     name: str
     base: Mapping[str, Any]
