@@ -8,11 +8,14 @@ exchange strategy that config names. Each step the loop calls, in order:
    (statistics on `last_exchange_stats`).
 3. `build_batches(rollouts, transfers, receivers, rng)`: one `TrainBatch` per
    receiver with the minibatch order fixed (counts on `last_batch_stats`).
-4. `loss(new_logp, sequences)` per minibatch: Eq.10 via `clipped_surrogate`.
+4. `loss(new_logp, sequences)` per minibatch: Eq.10 via `clipped_surrogate`
+   (plus the KL term, with the reference log-probs the policy computes, when
+   `needs_reference`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from itertools import accumulate
@@ -22,7 +25,13 @@ import torch
 
 from algorithms.collate import collate
 from algorithms.config import AlgorithmConfig
-from algorithms.core import clipped_surrogate, group_advantages, order_minibatches, token_nll
+from algorithms.core import (
+    clipped_surrogate,
+    group_advantages,
+    order_minibatches,
+    reference_kl,
+    token_nll,
+)
 from algorithms.exchange import ExchangeStats, make_strategy
 from algorithms.types import (
     AgentRollouts,
@@ -45,6 +54,22 @@ class Algorithm:
 
     def __repr__(self) -> str:
         return f"Algorithm({self.name!r}, exchange={self.config.exchange!r})"
+
+    def describe(self) -> dict[str, str]:
+        """What this entry does beyond GRPO: each option it sets away from the defaults
+        (GRPO as in the paper), as "value: help text"; empty for `grpo` itself."""
+        defaults, helps = AlgorithmConfig(), self.config.describe()
+        return {
+            spec.name: f"{getattr(self.config, spec.name)!r}: {helps[spec.name]}"
+            for spec in dataclasses.fields(self.config)
+            if getattr(self.config, spec.name) != getattr(defaults, spec.name)
+        }
+
+    @property
+    def needs_reference(self) -> bool:
+        """Whether `loss` takes `ref_logp`, the initial policy's log-probs (kl_coef > 0).
+        Policies read it to build a reference model, and only then."""
+        return self.config.kl_coef > 0
 
     def compute_advantages(self, rollouts: Mapping[str, AgentRollouts]) -> None:
         """Fill each agent's `.advantages` with group-normalised rewards (Eq.1)."""
@@ -224,14 +249,22 @@ class Algorithm:
         ]
 
     def loss(
-        self, new_logp: torch.Tensor, sequences: Sequence[TrainSequence]
+        self,
+        new_logp: torch.Tensor,
+        sequences: Sequence[TrainSequence],
+        ref_logp: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """Loss to minimise for one minibatch, and its statistics.
 
         new_logp [B, T]: the receiver's current log-probs of each sequence's response
-        tokens, right-padded. Own and peer rows share Eq.10's token-mean denominator;
-        when the config gives peers their own clip range, the two row sets go through
-        `clipped_surrogate` separately and are recombined by their token counts.
+        tokens, right-padded. Own and peer rows share Eq.10's denominator (token count,
+        or the constant_norm budget per response); when the config gives peers their
+        own clip range, the two row sets go through `clipped_surrogate` separately and
+        are recombined by their denominators.
+
+        ref_logp [B, T]: the same tokens under the frozen initial policy, given exactly
+        when `needs_reference`; the loss then adds kl_coef x the k3 KL over the policy
+        gradient's tokens, divided by the same denominator (verl's kl_loss).
 
         The statistics are counts, never fractions: the policy averages each over the
         step's minibatches, so a share (`clipped_share_peer` in `metrics`) is a ratio
@@ -240,6 +273,13 @@ class Algorithm:
         minibatches as 0.
         """
         cfg = self.config
+        if self.needs_reference != (ref_logp is not None):
+            raise ValueError(
+                f"algorithm {self.name!r}: kl_coef={cfg.kl_coef} needs ref_logp (the policy "
+                "computes it when given this algorithm's `loss` itself)"
+                if self.needs_reference
+                else f"algorithm {self.name!r}: ref_logp given, but kl_coef is 0"
+            )
         batch = collate(sequences, new_logp)
         rows = len(sequences)
         seq_ratio = torch.full((rows,), cfg.ratio == "sequence", device=new_logp.device)
@@ -271,17 +311,25 @@ class Algorithm:
                 is_peer=batch.is_peer,
                 luffy=luffy,
                 luffy_gamma=cfg.luffy_gamma,
+                constant_norm=cfg.constant_norm,
             )
             for weights, (eps_low, eps_high) in parts
         ]
         pg_tokens = sum(out.pg_tokens for out in outputs)
+        normaliser = sum(out.normaliser for out in outputs)
         if len(outputs) == 1:
             pg_loss = outputs[0].loss
         else:
-            pg_loss = sum(out.loss * out.pg_tokens for out in outputs) / pg_tokens.clamp(min=1)
+            pg_loss = sum(out.loss * out.normaliser for out in outputs) / normaliser.clamp(min=1)
         nll_mask = batch.mask * batch.nll[:, None].to(batch.mask.dtype)
         nll = token_nll(new_logp, nll_mask)
         loss = pg_loss + cfg.sgt_coef * nll if bool(batch.nll.any()) else pg_loss
+        kl_stats = {}
+        if ref_logp is not None:
+            pg_mask = batch.mask * (batch.weights > 0)[:, None].to(batch.mask.dtype)
+            kl = reference_kl(new_logp, ref_logp, pg_mask).sum() / normaliser.clamp(min=1)
+            loss = loss + cfg.kl_coef * kl
+            kl_stats["kl"] = float(kl.detach())
 
         def total(name: str) -> float:
             return float(sum(getattr(out, name) for out in outputs))
@@ -295,5 +343,6 @@ class Algorithm:
             "clipped_peer": total("clipped_peer"),
             "nll": float(nll.detach()),
             "nll_tokens": float(nll_mask.sum()),
+            **kl_stats,
         }
         return loss, stats

@@ -71,6 +71,19 @@ class AlgorithmConfig:
     order: str = _option(
         "peer_last", "Minibatch order of prompt groups: 'peer_last' (§4.2), 'peer_first', 'random'."
     )
+    constant_norm: int = _option(
+        0,
+        "Normaliser of each minibatch's summed token loss: 0 is Eq.10's token mean (its "
+        "retained tokens); L > 0 divides by L x its retained responses instead, Dr.GRPO's "
+        "constant (its MAX_TOKENS; verl's seq-mean-token-sum-norm). dr-grpo: 4096, the "
+        "paper's response budget; set it to the run's sampling.max_new_tokens.",
+    )
+    kl_coef: float = _option(
+        0.0,
+        "Weight of a k3 KL penalty to a frozen copy of the initial policy (verl's low_var_kl "
+        "kl_loss, clamped to [-10, 10]), over the policy loss's tokens and normaliser; 0: no "
+        "reference model and no extra forward. grpo-kl: 0.001, verl's kl_loss_coef default.",
+    )
 
     # --- exchange (SPEC §2-§4, §7-§9) ---
     exchange: str = _option(
@@ -152,6 +165,8 @@ class AlgorithmConfig:
             "eps_low": (0 <= self.eps_low < 1, "in [0, 1)"),
             "eps_high": (self.eps_high >= 0, ">= 0"),
             "num_minibatches": (self.num_minibatches >= 1, ">= 1"),
+            "constant_norm": (self.constant_norm >= 0, ">= 0 (0: token mean)"),
+            "kl_coef": (self.kl_coef >= 0, ">= 0 (0: no KL term)"),
             "delta": (0 <= self.delta < 1, "in [0, 1)"),
             "luffy_gamma": (self.luffy_gamma > 0, "> 0"),
             "sgt_coef": (self.sgt_coef >= 0, ">= 0"),

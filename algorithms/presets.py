@@ -19,6 +19,34 @@ def grpo() -> AlgorithmConfig:
     return AlgorithmConfig()
 
 
+@register("dr-grpo")
+def dr_grpo() -> AlgorithmConfig:
+    """Dr.GRPO (arXiv 2503.20783): GRPO without the std division, with a constant normaliser.
+
+    Advantages are r - mean(R) (adv_scale='none'), and each minibatch's summed token
+    loss is divided by 4096 x its number of responses (constant_norm) instead of its
+    token count, so neither a group's reward spread nor the responses' lengths
+    rescale a token's gradient (verl: loss_agg_mode='seq-mean-token-sum-norm').
+    [project choice] 4096 is the paper's response budget (App. B), as Dr.GRPO divides by
+    its generation budget; runs with a smaller sampling.max_new_tokens should set
+    constant_norm to it (a larger constant only shrinks the loss).
+    """
+    return replace(grpo(), adv_scale="none", constant_norm=4096)
+
+
+@register("grpo-kl")
+def grpo_kl() -> AlgorithmConfig:
+    """GRPO plus 0.001 x the k3 KL to a frozen copy of the initial policy (§6's optional KL).
+
+    Per token exp(ref - logp) - (ref - logp) - 1, clamped to [-10, 10] (verl's
+    low_var_kl), summed over the policy loss's tokens and divided by its normaliser
+    (verl's use_kl_loss). 0.001 is verl's kl_loss_coef default; kl_coef sets it. The
+    reference is the policy's model as first loaded, also after a resume, and costs
+    one no-grad forward per minibatch; entries with kl_coef = 0 build none.
+    """
+    return replace(grpo(), kl_coef=0.001)
+
+
 @register("grpo-dynamic")
 def grpo_dynamic() -> AlgorithmConfig:
     """GRPO keeping only groups with 0 < k < n (the loop oversamples to refill)."""

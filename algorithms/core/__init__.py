@@ -6,7 +6,7 @@ work on numpy arrays; the losses work on torch tensors.
 """
 
 from algorithms.core.advantages import group_advantages
-from algorithms.core.losses import SurrogateOutput, clipped_surrogate, token_nll
+from algorithms.core.losses import SurrogateOutput, clipped_surrogate, reference_kl, token_nll
 from algorithms.core.ordering import order_minibatches
 from algorithms.core.selection import (
     exchange_candidates,
@@ -38,6 +38,7 @@ __all__ = [
     "order_minibatches",
     "random_admission",
     "random_prompt_selection",
+    "reference_kl",
     "select_exchange",
     "select_exchange_multi",
     "select_with_ties",

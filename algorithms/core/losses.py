@@ -1,10 +1,12 @@
-"""The policy-gradient surrogate of Eq.10 and its per-row variants (GRAFT-SPEC §5-§7).
+"""The policy-gradient surrogate of Eq.10, its per-row variants, and the KL term (GRAFT-SPEC §5-§7).
 
 One function covers GRPO, GRAFT and the loss-side ablations, because they differ
 only per row: the weight w (0 removes a row), whether the clip applies, a
-sequence-level ratio (GSPO form), or LUFFY shaping. Padding and removed rows are
+sequence-level ratio (GSPO form), or LUFFY shaping; and per minibatch in the
+normaliser (token mean, or Dr.GRPO's constant). Padding and removed rows are
 masked *before* any exponential so that whatever values they hold can produce
-neither a NaN nor a gradient.
+neither a NaN nor a gradient. `reference_kl` is the optional penalty of §6 (KL to
+a reference model), in verl's form.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ class SurrogateOutput:
     """The loss and the counts the loop logs (clipped fractions are per own/peer token)."""
 
     loss: torch.Tensor  # scalar to minimise: -J of Eq.10, plus nll_coef * nll_loss
-    pg_tokens: torch.Tensor  # denominator: unweighted count of retained tokens
+    pg_tokens: torch.Tensor  # unweighted count of retained tokens
+    normaliser: torch.Tensor  # J's denominator: pg_tokens, or retained rows x constant_norm
     clipped_own: torch.Tensor  # own tokens where the clip is active
     clipped_peer: torch.Tensor  # peer tokens where the clip is active
     own_tokens: torch.Tensor
@@ -91,6 +94,7 @@ def clipped_surrogate(
     luffy_gamma: float = 0.1,
     nll: torch.Tensor | None = None,
     nll_coef: float = 0.1,
+    constant_norm: int = 0,
 ) -> SurrogateOutput:
     """Token-mean clipped surrogate (Eq.10), returned as a loss to minimise.
 
@@ -98,6 +102,11 @@ def clipped_surrogate(
     ρ = exp(new - old). Rows with w = 0 are removed from numerator and denominator;
     the denominator is the unweighted token count of retained rows (w > 0 as given,
     judged before `weights` is cast to new_logp's dtype).
+
+    constant_norm = L > 0 replaces that denominator by L x (number of retained rows):
+    Dr.GRPO's constant normaliser (each response's token sum divided by a fixed token
+    budget L, then averaged over responses), so a token's weight does not depend on
+    the lengths of the other responses in the minibatch.
 
     Per-row options ([B] bool tensors):
     - clip=False: term ρ·a without clipping (graft-no-clip / graft-naive peer rows).
@@ -127,6 +136,8 @@ def clipped_surrogate(
         raise ValueError(f"need 0 <= eps_low < 1 and eps_high >= 0, got {eps_low}, {eps_high}")
     if not luffy_gamma > 0.0:
         raise ValueError(f"luffy_gamma must be > 0, got {luffy_gamma}")
+    if constant_norm < 0:
+        raise ValueError(f"constant_norm must be >= 0 (0: token mean), got {constant_norm}")
     clip_row = _row_flags(clip, "clip", new_logp, default=True)
     seq_row = _row_flags(seq_ratio, "seq_ratio", new_logp, default=False)
     peer_row = _row_flags(is_peer, "is_peer", new_logp, default=False)
@@ -149,7 +160,8 @@ def clipped_surrogate(
     term = torch.where(luffy_row[:, None], prob / (prob + luffy_gamma) * a, term)
 
     pg_tokens = kept.sum()
-    objective = torch.where(kept, term * weight[:, None], 0.0).sum() / pg_tokens.clamp(min=1)
+    normaliser = retained.sum() * constant_norm if constant_norm else pg_tokens
+    objective = torch.where(kept, term * weight[:, None], 0.0).sum() / normaliser.clamp(min=1)
 
     clip_applies = (clip_row & ~luffy_row)[:, None]
     clip_active = (
@@ -164,6 +176,7 @@ def clipped_surrogate(
     return SurrogateOutput(
         loss=-objective + nll_coef * nll_loss,
         pg_tokens=pg_tokens,
+        normaliser=normaliser,
         clipped_own=(clip_active & own).sum(),
         clipped_peer=(clip_active & peer).sum(),
         own_tokens=(kept & own).sum(),
@@ -171,3 +184,18 @@ def clipped_surrogate(
         nll_loss=nll_loss,
         nll_tokens=nll_mask.sum(),
     )
+
+
+def reference_kl(
+    new_logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor
+) -> torch.Tensor:
+    """Per-token k3 estimate of KL(π_θ || π_ref), [B, T], 0 on padding.
+
+    x = ref - new, kl = exp(x) - x - 1 >= 0 (Schulman's low-variance estimator):
+    verl's `kl_penalty(..., "low_var_kl")`, with its clamps (x to [-20, 20], kl to
+    [-10, 10]). The reference is a constant; the caller aggregates over tokens.
+    """
+    kept = _token_mask(new_logp, ref_logp, mask)
+    log_ratio = torch.where(kept, ref_logp.detach() - new_logp, 0.0).clamp(-20.0, 20.0)
+    kl = (torch.exp(log_ratio) - log_ratio - 1.0).clamp(-10.0, 10.0)
+    return torch.where(kept, kl, 0.0)

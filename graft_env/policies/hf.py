@@ -27,7 +27,7 @@ from graft_env.policies.forward import response_logprobs
 from graft_env.policies.generation import sample
 from graft_env.policies.hf_options import DTYPES, HFPolicyOptions, load_model, load_tokenizer
 from graft_env.policies.precision import half_precision_training_error
-from graft_env.policies.training import OptimStep, optimise
+from graft_env.policies.training import OptimStep, optimise, wants_reference
 from graft_env.prompts import format_prompt
 
 OPTIMIZER_FILE = "optimizer.pt"
@@ -59,6 +59,7 @@ class HFPolicy:
         pad = self.tokenizer.pad_token_id
         self.pad_id = self.eos_id if pad is None else int(pad)  # pads are always masked
         self.model = load_model(self.path, self.options)
+        self._reference: torch.nn.Module | None = None  # see reference_model
         self.optimizer = self._new_optimizer()
         self.max_positions = getattr(self.model.config, "max_position_embeddings", None)
 
@@ -230,6 +231,7 @@ class HFPolicy:
             grad_clip=self.options.grad_clip,
             micro_batch_size=self.options.micro_batch_size,
             precision=self.compute_precision,
+            reference=self.reference_model() if wants_reference(loss_fn) else None,
         )
         self.model.train(self.options.gradient_checkpointing)  # checkpointing needs train mode
         try:
@@ -252,6 +254,18 @@ class HFPolicy:
         error = half_precision_training_error(self.options.dtype, self.options.lr)
         if error:
             raise ValueError(f"{self.name}: options {error}")
+
+    def reference_model(self) -> torch.nn.Module:
+        """The frozen initial policy of KL losses, loaded from `self.path` on first use.
+
+        Read from the directory this policy was created from, never copied from
+        `self.model`: after `load` (a resume) the policy holds checkpoint weights, and
+        the reference must stay the initial ones. Losses without a KL term never ask,
+        so their policies hold no second model.
+        """
+        if self._reference is None:
+            self._reference = load_model(self.path, self.options).requires_grad_(False)
+        return self._reference
 
     # -- checkpoints ---------------------------------------------------------------
     def save(self, path: str | Path) -> None:

@@ -12,6 +12,11 @@ micro-batch is re-run with grad and back-propagates its slice of that gradient.
 The result equals the single-pass gradient for any loss, at the cost of one extra
 forward. Every forward runs each repeated prompt once (`forward.response_logprobs`
 with `share_prompts`), so a GRPO group's n rows pay for their prompt once.
+
+A loss with a KL term (`Algorithm.needs_reference`, see `wants_reference`) also
+gets `ref_logp`: the same [B, T] log-probs under a frozen reference model, from one
+no-grad forward per minibatch next to the policy's. Any other loss is called with
+`(new_logp, sequences)` only, and no reference forward runs.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ class OptimStep:
 
     precision: the context each forward runs in (`HFPolicy.compute_precision`:
         autocast for mixed precision); losses, backward and the step run outside it.
+    reference: the frozen model whose log-probs the loss takes as `ref_logp`, for
+        losses that `wants_reference`; None for every other loss.
     """
 
     temperature: float
@@ -41,6 +48,13 @@ class OptimStep:
     grad_clip: float
     micro_batch_size: int | None
     precision: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
+    reference: torch.nn.Module | None = None
+
+
+def wants_reference(loss_fn: LossFn) -> bool:
+    """Whether `loss_fn` takes `ref_logp`: it, or the object it is a method of (the
+    algorithm, for `Algorithm.loss`), has a true `needs_reference`."""
+    return bool(getattr(getattr(loss_fn, "__self__", loss_fn), "needs_reference", False))
 
 
 def _pad_rows(rows: list[torch.Tensor], width: int) -> torch.Tensor:
@@ -71,28 +85,35 @@ def _minibatch_gradients(
         range(start, min(start + size, len(sequences))) for start in range(0, len(sequences), size)
     ]
 
-    def forward(span: range) -> ResponseLogprobs:
+    def forward(span: range, module: torch.nn.Module = model) -> ResponseLogprobs:
         with step.precision():
             return response_logprobs(
-                model,
+                module,
                 [prompt_ids[i] for i in span],
                 [response_ids[i] for i in span],
                 pad_id=step.pad_id,
                 temperature=step.temperature,
+                with_entropy=module is model,  # the reference only supplies ref_logp
                 share_prompts=True,
             )
 
+    width = max(len(r) for r in response_ids)
+    extra = {}
+    if step.reference is not None:
+        with torch.no_grad():
+            rows = [row for span in spans for row in forward(span, step.reference).logprobs]
+        extra["ref_logp"] = _pad_rows(rows, width)
+
     if len(spans) == 1:
         result = forward(spans[0])
-        loss, stats = loss_fn(result.logprobs, sequences)
+        loss, stats = loss_fn(result.logprobs, sequences, **extra)
         loss.backward()
         return float(loss.detach()), result.entropy_sum, stats
 
-    width = max(len(r) for r in response_ids)
     with torch.no_grad():
         rows = [row for span in spans for row in forward(span).logprobs]
     new_logp = _pad_rows(rows, width).requires_grad_(True)
-    loss, stats = loss_fn(new_logp, sequences)
+    loss, stats = loss_fn(new_logp, sequences, **extra)
     loss.backward()
     upstream = new_logp.grad
     lengths = torch.tensor([len(r) for r in response_ids], device=upstream.device)

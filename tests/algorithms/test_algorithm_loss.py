@@ -8,7 +8,7 @@ import torch
 from test_algorithm_exchange import PAIR, TextScorer, make_rollouts, run_exchange
 
 import algorithms
-from algorithms.core import clipped_surrogate
+from algorithms.core import clipped_surrogate, reference_kl
 
 EXTRA_PADDING = 2
 
@@ -157,6 +157,63 @@ def test_no_clip_leaves_peer_rows_unclipped_and_differs_from_graft_outside_the_b
     assert graft_loss.item() > loss.item() + 1e-3  # the unclipped e^0.5 a pulls further
 
 
+def test_dr_grpo_divides_the_token_sum_by_its_budget_per_retained_response() -> None:
+    algo, seq = batch_sequences("graft", constant_norm=256)
+    assert_same_loss_and_gradient(
+        algo, seq, lambda logp: reference(logp, seq, constant_norm=256).loss
+    )
+    # With a separate peer clip range the two row sets recombine by their normalisers.
+    algo, seq = batch_sequences("graft", constant_norm=256, peer_eps_high=0.0)
+    own = [j for j, s in enumerate(seq) if not s.is_peer]
+    peer = [j for j, s in enumerate(seq) if s.is_peer]
+    rows = sum(s.weight > 0 for s in seq)
+
+    def expected(logp: torch.Tensor) -> torch.Tensor:
+        own_out = reference(logp, seq, own, constant_norm=256)
+        peer_out = reference(logp, seq, peer, constant_norm=256, eps_high=0.0)
+        return (own_out.loss * len(own) + peer_out.loss * (rows - len(own))) / rows
+
+    assert_same_loss_and_gradient(algo, seq, expected)
+
+
+def test_the_kl_term_is_the_k3_token_mean_to_the_reference_times_kl_coef() -> None:
+    algo, seq = batch_sequences("graft", kl_coef=0.05)
+    assert algo.needs_reference and not algorithms.make("graft").needs_reference
+    ref = new_logp_for(seq, seed=7).detach()
+    retained = torch.tensor([s.weight > 0 and s.policy_gradient for s in seq])
+    width = ref.shape[1]
+    mask = hand_collate(seq, width)["mask"] * retained[:, None]
+
+    def expected(logp: torch.Tensor) -> torch.Tensor:
+        kl = reference_kl(logp, ref, mask).sum() / mask.sum()
+        return reference(logp, seq).loss + 0.05 * kl
+
+    new_logp = new_logp_for(seq)
+    loss, stats = algo.loss(new_logp, seq, ref_logp=ref)
+    (grad,) = torch.autograd.grad(loss, new_logp)
+    same = new_logp.detach().clone().requires_grad_(True)
+    want = expected(same)
+    (want_grad,) = torch.autograd.grad(want, same)
+    assert loss.item() == pytest.approx(want.item(), abs=1e-12)
+    torch.testing.assert_close(grad, want_grad)
+    kl = reference_kl(same.detach(), ref, mask).sum() / mask.sum()
+    assert stats["kl"] == pytest.approx(float(kl))
+    assert stats["kl"] > 0
+    _, at_reference = algo.loss(ref.clone(), seq, ref_logp=ref)
+    assert at_reference["kl"] == 0.0
+
+
+def test_kl_needs_reference_log_probs_and_nothing_else_takes_them() -> None:
+    algo, seq = batch_sequences("grpo-kl")
+    with pytest.raises(ValueError, match=r"kl_coef=0.001 needs ref_logp"):
+        algo.loss(new_logp_for(seq), seq)
+    grpo, seq = batch_sequences("grpo")
+    with pytest.raises(ValueError, match=r"ref_logp given, but kl_coef is 0"):
+        grpo.loss(new_logp_for(seq), seq, ref_logp=new_logp_for(seq).detach())
+    _, stats = grpo.loss(new_logp_for(seq), seq)
+    assert "kl" not in stats
+
+
 def test_loss_rejects_misaligned_inputs() -> None:
     algo, seq = batch_sequences("graft")
     good = new_logp_for(seq)
@@ -180,7 +237,8 @@ def test_every_entry_runs_a_full_step_with_finite_loss_and_gradient(name: str) -
         for minibatch in batch.minibatches:
             sequences = [batch.sequences[j] for j in minibatch]
             new_logp = new_logp_for(sequences, seed=len(minibatch))
-            loss, stats = algo.loss(new_logp, sequences)
+            ref = {"ref_logp": new_logp.detach() - 0.1} if algo.needs_reference else {}
+            loss, stats = algo.loss(new_logp, sequences, **ref)
             (grad,) = torch.autograd.grad(loss, new_logp)
             assert torch.isfinite(loss) and torch.isfinite(grad).all()
             assert stats["pg_tokens"] + stats["nll_tokens"] > 0

@@ -15,6 +15,7 @@ REQUIRED = [
     "graft-naive", "graft-no-balance", "graft-seq-ratio", "graft-random-prompts",
     "graft-random-admission", "graft-peer-first", "graft-peer-random", "graft-pooled",
     "graft-success-only", "graft-success-only-no-floor", "graft-stored", "sgt", "luffy", "hacpo",
+    "dr-grpo", "grpo-kl",
 ]  # fmt: skip
 
 # Every entry as (base entry, the fields it changes, their values) - written out by hand from
@@ -26,7 +27,7 @@ VARIANTS = {
     "graft-no-floor": ("graft", {"delta": 0.0}),
     "graft-no-clip": ("graft", {"peer_clip": False}),
     "graft-naive": ("graft", {"compat": False, "peer_clip": False}),
-    "graft-no-balance": ("graft", {"balance": False}),
+    "graft-no-balance": ("graft", {"balance": False, "candidates": "any_success"}),
     "graft-seq-ratio": ("graft", {"ratio": "sequence"}),
     "graft-random-prompts": ("graft", {"selection": "random_prompts"}),
     "graft-random-admission": ("graft", {"admission": "random"}),
@@ -38,6 +39,8 @@ VARIANTS = {
     "graft-stored": ("graft", {"stored": True, "balance": False}),
     "luffy": ("graft", {"peer_objective": "luffy", "compat": False, "peer_clip": False}),
     "sgt": ("grpo", {"exchange": "sgt", "peer_objective": "nll"}),
+    "dr-grpo": ("grpo", {"adv_scale": "none", "constant_norm": 4096}),
+    "grpo-kl": ("grpo", {"kl_coef": 0.001}),
     "hacpo": (
         "grpo",
         {"exchange": "hacpo", "ratio": "sequence", "eps_low": 3e-4, "eps_high": 4e-4,
@@ -88,6 +91,21 @@ def test_every_entry_divides_by_the_sample_std() -> None:
     }
 
 
+def test_describe_names_every_option_an_entry_changes_from_grpo() -> None:
+    assert algorithms.make("grpo").describe() == {}
+    for name in algorithms.available():
+        described = algorithms.make(name).describe()
+        changes = changed_fields(algorithms.preset(name), algorithms.preset("grpo"))
+        assert set(described) == set(changes), name
+        for field, text in described.items():
+            help_text = AlgorithmConfig().describe()[field]
+            assert text == f"{changes[field]!r}: {help_text}", (name, field)
+    dr_grpo = algorithms.make("dr-grpo").describe()
+    assert "Dr.GRPO" in dr_grpo["adv_scale"] and "Dr.GRPO" in dr_grpo["constant_norm"]
+    assert "k3" in algorithms.make("grpo-kl").describe()["kl_coef"]
+    assert algorithms.make("grpo-kl", kl_coef=0.01).describe()["kl_coef"].startswith("0.01: ")
+
+
 def test_every_field_is_documented_and_the_config_is_frozen() -> None:
     config = AlgorithmConfig()
     help_texts = config.describe()
@@ -123,6 +141,9 @@ def test_unknown_names_and_options_list_what_is_valid() -> None:
         ({"adv_ddof": 8}, r"adv_ddof = 8 is invalid: it must be in \[0, n=8\)"),
         ({"peer_eps_high": -0.1}, r"peer_eps_high = -0.1"),
         ({"capability_ratio_max": 0.01}, r"capability_ratio_max = 0.01"),
+        ({"kl_coef": -0.1}, r"kl_coef = -0.1 is invalid: it must be >= 0"),
+        ({"constant_norm": -1}, r"constant_norm = -1 is invalid: it must be >= 0"),
+        ({"constant_norm": 64.0}, r"constant_norm = 64.0 is invalid: it must be of type int"),
     ],
 )
 def test_bad_values_name_the_field_and_what_it_accepts(overrides, message) -> None:

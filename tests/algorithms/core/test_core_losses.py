@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from algorithms.core import clipped_surrogate, token_nll
+from algorithms.core import clipped_surrogate, reference_kl, token_nll
 
 SETTINGS = settings(max_examples=100, deadline=None)
 EPS_LOW, EPS_HIGH = 0.2, 0.28
@@ -210,6 +210,69 @@ def test_a_tiny_weight_keeps_its_row_in_the_denominator_in_low_precision() -> No
         assert output.pg_tokens == 6 and output.loss.item() == pytest.approx(-0.5)
 
 
+@SETTINGS
+@given(batch=batches, budget=st.integers(1, 64))
+def test_a_constant_normaliser_divides_the_token_sum_by_budget_times_retained_rows(
+    batch: Batch, budget: int
+) -> None:
+    # Dr.GRPO: sum over tokens, divided by a constant per response instead of the token count.
+    new, token_mean_new = batch.new_logp(), batch.new_logp()
+    output = surrogate(batch, new, is_peer=batch.is_peer, constant_norm=budget)
+    token_mean = surrogate(batch, token_mean_new, is_peer=batch.is_peer)
+    rows = int((batch.weights > 0).sum())
+    assert output.normaliser == rows * budget and token_mean.normaliser == token_mean.pg_tokens
+    expected = token_mean.loss * token_mean.pg_tokens / max(rows * budget, 1)
+    torch.testing.assert_close(output.loss, expected, rtol=1e-12, atol=1e-12)
+    output.loss.backward()
+    token_mean.loss.backward()
+    scale = float(token_mean.pg_tokens) / max(rows * budget, 1)
+    torch.testing.assert_close(new.grad, token_mean_new.grad * scale, rtol=1e-12, atol=1e-12)
+    assert output.pg_tokens == token_mean.pg_tokens  # the counts stay token counts
+
+
+def test_a_constant_normaliser_does_not_depend_on_response_length() -> None:
+    # Two rows with the same advantage and ratio 1: the token mean gives each token the same
+    # weight 1/7 whatever its row's length; the constant gives every token 1/(2 * 10).
+    new = torch.zeros(2, 5, requires_grad=True)
+    mask = torch.tensor([[1.0] * 5, [1.0, 1.0, 0.0, 0.0, 0.0]])
+    output = clipped_surrogate(
+        new, torch.zeros(2, 5), mask, torch.ones(2), torch.ones(2), constant_norm=10
+    )
+    assert output.loss.item() == pytest.approx(-7 / 20)
+    output.loss.backward()
+    torch.testing.assert_close(new.grad, -mask / 20)
+
+
+@SETTINGS
+@given(batch=batches, spread=st.floats(0.0, 30.0))
+def test_reference_kl_is_verls_clamped_k3_and_never_negative(batch: Batch, spread: float) -> None:
+    ref = batch.old * spread  # far from new_logp for a large spread: the clamps act
+    kl = reference_kl(batch.new, ref, batch.mask)
+    log_ratio = torch.clamp(ref - batch.new, -20, 20)
+    expected = torch.clamp(torch.exp(log_ratio) - log_ratio - 1, -10, 10) * batch.mask
+    torch.testing.assert_close(kl, expected, rtol=1e-12, atol=1e-12)
+    assert torch.all(kl >= 0)
+
+
+@SETTINGS
+@given(batch=batches)
+def test_reference_kl_is_zero_at_the_reference_and_positive_away_from_it(batch: Batch) -> None:
+    assert torch.all(reference_kl(batch.new, batch.new.clone(), batch.mask) == 0)
+    moved = reference_kl(batch.new, batch.new + 0.1, batch.mask)
+    assert torch.all(moved[batch.mask > 0] > 0) and torch.all(moved[batch.mask == 0] == 0)
+
+
+def test_reference_kl_has_no_gradient_on_padding_or_to_the_reference() -> None:
+    new = torch.tensor([[-1.0, float("nan")], [-2.0, 50.0]], requires_grad=True)
+    ref = torch.tensor([[-1.5, 0.0], [-2.5, float("nan")]], requires_grad=True)
+    mask = torch.tensor([[1.0, 0.0], [1.0, 0.0]])
+    kl = reference_kl(new, ref, mask)
+    assert torch.isfinite(kl).all()
+    kl.sum().backward()
+    assert torch.all(new.grad[:, 1] == 0) and torch.all(new.grad[:, 0] != 0)
+    assert ref.grad is None
+
+
 def test_token_nll_is_the_mean_over_masked_tokens() -> None:
     new = torch.tensor([[-1.0, -2.0, -9.0], [-3.0, -9.0, -9.0]], requires_grad=True)
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
@@ -240,6 +303,7 @@ def test_nll_rows_add_a_scaled_token_nll(batch: Batch, coef: float) -> None:
         ({"clip": torch.ones(2)}, TypeError, "clip must be a bool tensor"),
         ({"luffy_gamma": 0.0}, ValueError, "luffy_gamma must be > 0"),
         ({"eps_low": 1.0}, ValueError, "need 0 <= eps_low < 1"),
+        ({"constant_norm": -1}, ValueError, "constant_norm must be >= 0"),
         (
             {"luffy": torch.tensor([True, False]), "seq_ratio": torch.tensor([True, False])},
             ValueError,
