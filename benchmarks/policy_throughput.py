@@ -30,6 +30,7 @@ from graft_env.policies.forward import pack_prompt_response, position_ids_from_m
 from graft_env.policies.hf_options import DTYPES
 from graft_env.policies.tiny_models import TinyShape, build_model
 from graft_env.policies.tiny_tokenizer import PLAIN_STYLE, train_tokenizer
+from graft_env.threads import resolve_threads
 
 PROBLEMS = [f"Compute {17 * i + 3} + {29 * i + 11}." for i in range(64)]
 
@@ -172,7 +173,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--n", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument(
+        "--threads", type=int, default=resolve_threads(None), help="$OMP_NUM_THREADS, else 1"
+    )
     parser.add_argument("--device", default="cpu", help='torch device ("cpu", "cuda", ...)')
     parser.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
     parser.add_argument("--autocast", default=None, choices=["bfloat16"], help="mixed precision")

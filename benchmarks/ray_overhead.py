@@ -5,9 +5,10 @@
    shared machine hits both alike. Step 0 of every run is warm-up and left out; the
    report gives medians of the other steps, the ratio ray / local, and the start-up
    (loading the policies; for Ray: starting the actors, the cluster itself apart).
-2. Serialisation volume: one more Ray run with a `TrafficMeter` on every proxy
-   counts the pickled bytes of every argument and result crossing an actor boundary,
-   per method and per step (prompt formatting at start-up reported apart).
+2. Serialisation volume: one more Ray run, on the last timed Ray run's actors (no second
+   start-up), with a `TrafficMeter` on every proxy counts the pickled bytes of every
+   argument and result crossing an actor boundary, per method and per step (prompt
+   formatting at start-up reported apart).
 3. Rollout concurrency: the agents' `generate` one after the other (what the loop
    does today) against `generate_async` on all agents, then waiting (the loop change
    proposed in docs/scale-out.md).
@@ -34,7 +35,7 @@ from algorithms.ray_backend import RayPolicy, TrafficMeter, parse_ray_options
 from algorithms.run_config import TrainConfig
 from benchmarks.bench_runs import procedural_run
 from benchmarks.step_time import PHASES
-from graft_env.policies import SamplingParams
+from graft_env.policies import Policy, SamplingParams
 
 
 def make_config(backend: str, run_dir: Path, args: argparse.Namespace) -> TrainConfig:
@@ -64,8 +65,9 @@ def _shutdown(policies: dict[str, Any]) -> None:
             return
 
 
-def timed_run(config: TrainConfig) -> dict[str, Any]:
-    """Start-up seconds and per-step phase seconds (step 0 dropped) of one fresh run."""
+def timed_run(config: TrainConfig) -> tuple[dict[str, Any], dict[str, Policy]]:
+    """Start-up seconds and per-step phase seconds (step 0 dropped) of one fresh run, and
+    its policies (still running, for `traffic_run`)."""
     started = time.perf_counter()
     policies = make_policies(config)
     startup = time.perf_counter() - started
@@ -78,13 +80,14 @@ def timed_run(config: TrainConfig) -> dict[str, Any]:
         times = {phase: record.timings.get(phase, 0.0) for phase in PHASES}
         times["step"] = time.perf_counter() - started
         steps.append(times)
-    _shutdown(policies)
-    return {"startup": startup, "steps": steps[1:]}
+    return {"startup": startup, "steps": steps[1:]}, policies
 
 
-def traffic_run(config: TrainConfig, args: argparse.Namespace) -> dict[str, Any]:
-    """Bytes per method and step of a metered Ray run, and the rollout concurrency test."""
-    policies = make_policies(config)
+def traffic_run(
+    config: TrainConfig, policies: dict[str, Policy], args: argparse.Namespace
+) -> dict[str, Any]:
+    """Bytes per method and step of a metered run of Ray `policies`, and the rollout
+    concurrency test; shuts the policies down."""
     meters = {name: TrafficMeter() for name in policies}
     for name, policy in policies.items():
         policy.traffic = meters[name]
@@ -188,19 +191,27 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=3, help="rollout concurrency repeats")
     parser.add_argument("--json", type=Path, default=None, help="also write results here")
     args = parser.parse_args(argv)
+    if args.pairs < 1:
+        parser.error(
+            f"--pairs must be >= 1 (the metered run reuses the last Ray actors), got {args.pairs}"
+        )
     torch.set_num_threads(args.threads)
     started = time.perf_counter()
     connect(parse_ray_options({}))
     cluster_s = time.perf_counter() - started
     times: dict[str, list[dict[str, Any]]] = {"local": [], "ray": []}
+    policies: dict[str, Policy] = {}
     with tempfile.TemporaryDirectory() as scratch:
         for pair in range(args.pairs):
             for backend in ("local", "ray"):
-                run = timed_run(make_config(backend, Path(scratch) / f"{backend}-{pair}", args))
+                _shutdown(policies)
+                config = make_config(backend, Path(scratch) / f"{backend}-{pair}", args)
+                run, policies = timed_run(config)
                 times[backend].append(run)
                 steps = ", ".join(f"{s['step']:.2f}s" for s in run["steps"])
                 print(f"pair {pair} {backend}: start-up {run['startup']:.1f}s, steps {steps}")
-        traffic = traffic_run(make_config("ray", Path(scratch) / "traffic", args), args)
+        config = make_config("ray", Path(scratch) / "traffic", args)
+        traffic = traffic_run(config, policies, args)  # the last run was Ray's
     summary = _report(times, traffic, cluster_s)
     if args.json:
         args.json.write_text(json.dumps(summary, indent=2))
