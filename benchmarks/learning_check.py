@@ -66,7 +66,7 @@ def pass_at_1(policy, sets, k: int, seed: int, max_new_tokens: int) -> tuple[flo
     return float(result.summary()["average/pass@1"]), guessed
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="tiny-a")
     parser.add_argument("--skills", nargs="+", default=["addition"])
@@ -79,7 +79,7 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=8)
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     sets = {
         skill: load("procedural", "test", skills=[skill], size=args.eval_problems, difficulty=1)

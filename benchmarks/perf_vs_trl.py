@@ -167,15 +167,11 @@ def graft_vs_grpo(models: list[str], spec: WorkloadSpec, pairs: int, steps: int)
     `step_time.run_once` trains both models from fresh weights on the procedural
     stream; its first step (verifier start-up, allocator warm-up) is dropped.
     """
-    from benchmarks.step_time import run_once
+    from benchmarks.step_time import parse_args, run_once
 
-    args = argparse.Namespace(
-        models=models,
-        n=spec.n,
-        batch_size=spec.prompts,
-        max_new_tokens=spec.max_new_tokens,
-        steps=steps + 1,
-    )
+    sizes = {"--n": spec.n, "--batch-size": spec.prompts, "--max-new-tokens": spec.max_new_tokens}
+    sizes["--steps"] = steps + 1
+    args = parse_args(["--models", *models, *(str(x) for item in sizes.items() for x in item)])
     times: dict[str, list[list[float]]] = {"grpo": [], "graft": []}
     with tempfile.TemporaryDirectory() as scratch:
         for pair in range(pairs):

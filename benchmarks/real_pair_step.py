@@ -23,7 +23,7 @@ from algorithms.loop import Trainer
 from algorithms.run_config import load_config
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     configs = Path(__file__).resolve().parents[1] / "configs"
     parser.add_argument("--config", default=str(configs / "real_pair_gsm8k.yaml"))
@@ -32,7 +32,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
         config = load_config(

