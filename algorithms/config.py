@@ -16,13 +16,13 @@ from typing import Any
 
 from algorithms.core.advantages import ADVANTAGE_SCALES
 from algorithms.core.ordering import ORDER_MODES
+from algorithms.core.selection import CANDIDATE_RULES
 from algorithms.core.weights import LOGLIK_MODES
 
 RATIO_MODES = ("token", "sequence")
 SELECTION_MODES = ("gate", "random_prompts")
 ADMISSION_MODES = ("compat", "random")
 ADMISSION_MATCHES = ("direction", "group")
-CANDIDATE_RULES = ("informative", "any_success")
 PEER_OBJECTIVES = ("ppo", "luffy", "nll")
 
 
@@ -217,6 +217,12 @@ class AlgorithmConfig:
             _fail("peer_clip", True, "False with peer_objective='luffy' (LUFFY never clips peers)")
         if self.peer_objective == "luffy" and self.ratio == "sequence":
             _fail("ratio", self.ratio, "'token' with peer_objective='luffy'")
+        if self.admission_match != "direction" and self.admission != "random":
+            _fail(
+                "admission_match",
+                self.admission_match,
+                "'direction' unless admission='random' (only random admission matches a count)",
+            )
         if self.admission == "random" and not self.compat:
             _fail("admission", self.admission, "'compat' when compat=False (no scores to admit)")
         if self.dynamic_sampling and self.exchange != "none":

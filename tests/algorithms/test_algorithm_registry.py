@@ -161,6 +161,8 @@ def test_bad_values_name_the_field_and_what_it_accepts(overrides, message) -> No
         ("graft", {"dynamic_sampling": True}, r"dynamic_sampling = True"),
         ("grpo", {"pooled": True}, r"pooled = True.*unless exchange='graft'"),
         ("graft-no-compat", {"admission": "random"}, r"admission = 'random'.*compat=False"),
+        ("graft", {"admission_match": "group"}, r"admission_match = 'group'.*admission='random'"),
+        ("graft", {"candidates": "any_success"}, r"candidates = 'any_success'.*balance=True"),
     ],
 )
 def test_contradictory_options_are_rejected(name, overrides, message) -> None:
