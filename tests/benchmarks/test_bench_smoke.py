@@ -21,6 +21,7 @@ from benchmarks import (
     real_pair_step,
     step_time,
     testbed_report,
+    threads,
     verifier_throughput,
     vllm_throughput,
 )
@@ -40,6 +41,7 @@ SMOKED = {
     "real_pair_step",
     "step_time",
     "testbed_report",
+    "threads",
     "verifier_throughput",
     "vllm_throughput",
 }
@@ -144,6 +146,21 @@ def test_testbed_report_on_the_tiny_pair(tmp_path):
     )
     directions = json.loads(out.read_text())["directions"]
     assert sorted(directions) == ["tiny-a->tiny-b", "tiny-b->tiny-a"]
+
+
+def test_threads(tmp_path):
+    """One `graft train` process beside the competing one (alone is the same minus it)."""
+    out = tmp_path / "threads.json"
+    summary = threads.main(
+        argv(
+            "--rounds 1 --settings default --conditions beside --steps 1 --batch-size 1 --n 2 "
+            "--max-new-tokens 4",
+            json=out,
+        )
+    )
+    row = summary["beside"]["default"]
+    assert row["best"] and row["ratio_to_best"] == 1.0 and row["step_seconds"] > 0
+    assert json.loads(out.read_text())["runs"][0]["metrics"] == 2  # one step x two agents
 
 
 def test_verifier_throughput(capsys, data_dir):
