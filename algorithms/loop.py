@@ -46,7 +46,7 @@ from algorithms.rollout import (
 )
 from algorithms.run_config import ConfigError, TrainConfig, parse_yaml
 from algorithms.store import StoreError, TrajectoryStore
-from algorithms.types import AgentRollouts, ScoredText, TrainBatch, TransferredGroup
+from algorithms.types import AgentRollouts, ScoredText, Scorer, TrainBatch, TransferredGroup
 from algorithms.wandb_sink import WandbSink
 from graft_env.envs import MultiAgentMathEnv, prompt_batch_indices
 from graft_env.policies import Policy, SamplingParams, load_policy
@@ -80,6 +80,7 @@ def _rollouts(name, prompt_ids, prompts, generations, rewards) -> AgentRollouts:
         _texts(generations),
         [[g.token_ids for g in group] for group in generations],
         [[g.logprobs for g in group] for group in generations],
+        [[g.finish_reason for g in group] for group in generations],
         rewards,
     )
 
@@ -241,6 +242,7 @@ class Trainer:
                 stored.texts,
                 stored.token_ids,
                 stored.logprobs,
+                stored.finish_reasons,
                 rewards[self.peer.agent],
             )
         sampled = {name: sum(map(len, gens)) for name, gens in generations.items()}
@@ -350,13 +352,16 @@ class Trainer:
             )
         return stored
 
-    def _scorer(
-        self, rollouts: Mapping[str, AgentRollouts], timings: dict[str, float]
-    ) -> Callable[[str, Sequence[int], Sequence[str]], list[ScoredText]]:
-        def score(receiver: str, prompt_indices: Sequence[int], texts: Sequence[str]):
+    def _scorer(self, rollouts: Mapping[str, AgentRollouts], timings: dict[str, float]) -> Scorer:
+        def score(
+            receiver: str,
+            prompt_indices: Sequence[int],
+            texts: Sequence[str],
+            finish_reasons: Sequence[str],
+        ) -> list[ScoredText]:
             prompts = [rollouts[receiver].prompts[p] for p in prompt_indices]
             with _timed(timings, "scoring"):
-                return self.policies[receiver].score(prompts, list(texts))
+                return self.policies[receiver].score(prompts, list(texts), list(finish_reasons))
 
         return score
 

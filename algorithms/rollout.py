@@ -41,14 +41,21 @@ def build_rollouts(
     texts: Sequence[Sequence[str]],
     token_ids: Sequence[Sequence[Sequence[int]]],
     logprobs: Sequence[Sequence[np.ndarray]],
+    finish_reasons: Sequence[Sequence[str]],
     rewards: np.ndarray,
 ) -> AgentRollouts:
-    """An `AgentRollouts` with every response checked for a non-empty token list.
+    """An `AgentRollouts` with every response checked for a non-empty token list and
+    a finish reason.
 
     A response without tokens has no mean log-likelihood and cannot be trained on,
     so it is a hard error naming the agent and position rather than a silent zero.
     """
     for p, group in enumerate(token_ids):
+        if len(finish_reasons[p]) != len(group):
+            raise ValueError(
+                f"agent {agent!r}, prompt {p} ({prompt_ids[p]}): {len(group)} responses "
+                f"and {len(finish_reasons[p])} finish reasons"
+            )
         for i, ids in enumerate(group):
             if len(ids) == 0 or len(ids) != len(logprobs[p][i]):
                 raise ValueError(
@@ -62,6 +69,7 @@ def build_rollouts(
         texts=[list(g) for g in texts],
         token_ids=[[list(ids) for ids in g] for g in token_ids],
         logprobs=[[np.asarray(lp, dtype=np.float64) for lp in g] for g in logprobs],
+        finish_reasons=[list(g) for g in finish_reasons],
         rewards=np.asarray(rewards, dtype=np.float64),
     )
 
@@ -78,5 +86,6 @@ def append_groups(
         texts=rollouts.texts + [extra.texts[p] for p in keep],
         token_ids=rollouts.token_ids + [extra.token_ids[p] for p in keep],
         logprobs=rollouts.logprobs + [extra.logprobs[p] for p in keep],
+        finish_reasons=rollouts.finish_reasons + [extra.finish_reasons[p] for p in keep],
         rewards=np.concatenate([rollouts.rewards, extra.rewards[keep]], axis=0),
     )

@@ -40,6 +40,7 @@ SCHEMA = pa.schema(
         ("response", pa.string()),
         ("token_ids", pa.list_(pa.int64())),
         ("logprobs", pa.list_(pa.float64())),
+        ("finish_reason", pa.string()),
         ("reward", pa.float64()),
         ("status", pa.string()),
     ]
@@ -68,6 +69,7 @@ class StoredGroup:
     texts: list[list[str]]
     token_ids: list[list[list[int]]]
     logprobs: list[list[np.ndarray]]
+    finish_reasons: list[list[str]]
     rewards: np.ndarray
     statuses: list[list[str]]
 
@@ -116,6 +118,7 @@ class TrajectoryStore:
                 rows["response"].append(rollouts.texts[p][i])
                 rows["token_ids"].append(list(rollouts.token_ids[p][i]))
                 rows["logprobs"].append(np.asarray(rollouts.logprobs[p][i], np.float64).tolist())
+                rows["finish_reason"].append(rollouts.finish_reasons[p][i])
                 rows["reward"].append(float(rollouts.rewards[p, i]))
                 rows["status"].append(statuses[p * n + i])
         table = pa.Table.from_pydict(rows, schema=SCHEMA)
@@ -132,6 +135,13 @@ class TrajectoryStore:
         if not path.is_file():
             raise StoreError(f"no stored trajectories for agent {agent!r} at step {step}: {path}")
         table = pq.read_table(path).to_pydict()
+        if "finish_reason" not in table:
+            # Which responses ended with EOS can't be recovered: the source's EOS id
+            # was never stored, and a default would re-create the bug the column fixes.
+            raise StoreError(
+                f"{path} has no finish_reason column (written before finish reasons were "
+                "stored); re-record it by running the source run again into a fresh run_dir"
+            )
         num_prompts, remainder = divmod(len(table["response"]), n)
         if remainder or num_prompts == 0:
             raise StoreError(f"{path}: {len(table['response'])} rows is not a multiple of n={n}")
@@ -157,6 +167,7 @@ class TrajectoryStore:
             texts=grouped("response"),
             token_ids=grouped("token_ids"),
             logprobs=grouped("logprobs", lambda v: np.asarray(v, dtype=np.float64)),
+            finish_reasons=grouped("finish_reason"),
             rewards=np.asarray(grouped("reward"), dtype=np.float64),
             statuses=grouped("status"),
         )

@@ -15,6 +15,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+FINISH_REASONS = ("stop", "length")
+"""Why a sampled response ended (vLLM's names): "stop" = the model emitted its EOS,
+"length" = it was cut at `max_new_tokens`."""
+
 
 @dataclass
 class AgentRollouts:
@@ -23,7 +27,9 @@ class AgentRollouts:
     Index `[p][i]` is response `i` of prompt `p`; every prompt has exactly `n`
     responses. `logprobs[p][i][t]` is the behaviour policy's log-probability of
     token `token_ids[p][i][t]` as recorded while sampling (the distribution the
-    policy documents, e.g. after temperature).
+    policy documents, e.g. after temperature). `finish_reasons[p][i]` (one of
+    `FINISH_REASONS`) says whether the response ended with the agent's EOS, so a
+    receiver re-tokenises it with its own EOS only then.
     """
 
     agent: str
@@ -32,6 +38,7 @@ class AgentRollouts:
     texts: list[list[str]]
     token_ids: list[list[list[int]]]
     logprobs: list[list[np.ndarray]]
+    finish_reasons: list[list[str]]
     rewards: np.ndarray
     advantages: np.ndarray | None = None
 
@@ -49,12 +56,18 @@ class AgentRollouts:
                 f"got {bad[:5].tolist()}"
             )
         num_prompts = self.rewards.shape[0]
-        for name in ("prompt_ids", "prompts", "texts", "token_ids", "logprobs"):
+        for name in ("prompt_ids", "prompts", "texts", "token_ids", "logprobs", "finish_reasons"):
             if len(getattr(self, name)) != num_prompts:
                 raise ValueError(
                     f"AgentRollouts({self.agent!r}).{name} has {len(getattr(self, name))} "
                     f"prompts, rewards has {num_prompts}"
                 )
+        unknown = {r for group in self.finish_reasons for r in group} - set(FINISH_REASONS)
+        if unknown:
+            raise ValueError(
+                f"AgentRollouts({self.agent!r}).finish_reasons must be in {FINISH_REASONS}, "
+                f"got {sorted(unknown)}"
+            )
 
     @property
     def n(self) -> int:
@@ -88,9 +101,11 @@ class ScoredText:
         return float(np.mean(self.logprobs))
 
 
-Scorer = Callable[[str, Sequence[int], Sequence[str]], list[ScoredText]]
-"""`scorer(receiver, prompt_indices, texts)` scores `texts[j]` as a response to
-prompt `prompt_indices[j]` under the receiver's behaviour policy π_old^R."""
+Scorer = Callable[[str, Sequence[int], Sequence[str], Sequence[str]], list[ScoredText]]
+"""`scorer(receiver, prompt_indices, texts, finish_reasons)` scores `texts[j]` as a
+response to prompt `prompt_indices[j]` under the receiver's behaviour policy π_old^R,
+tokenised as the source ended it: with the receiver's EOS iff `finish_reasons[j]` is
+"stop"."""
 
 
 @dataclass

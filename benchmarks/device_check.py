@@ -189,7 +189,9 @@ def check_peer(source: Case, target: Case) -> dict:
     """`source`'s texts scored by `target` on its own prompt template and tokenizer."""
     by_problem = {p: t for p, t in zip(source.prompts, target.prompts, strict=True)}
     prompts, gens = _flat(source)
-    scored = target.policy.score([by_problem[p] for p in prompts], [g.text for g in gens])
+    scored = target.policy.score(
+        [by_problem[p] for p in prompts], [g.text for g in gens], [g.finish_reason for g in gens]
+    )
     logprobs = np.concatenate([s.logprobs for s in scored])
     return {
         "sequences": len(scored),

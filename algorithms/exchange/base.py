@@ -157,7 +157,7 @@ def check_exchange_inputs(
                 f"agents {first.agent!r} and {name!r} answered different prompt batches; "
                 "an exchange needs the same prompts in the same order"
             )
-        for field in ("texts", "token_ids", "logprobs"):
+        for field in ("texts", "token_ids", "logprobs", "finish_reasons"):
             for p, group in enumerate(getattr(agent, field)):
                 if len(group) != n:
                     raise ValueError(
@@ -166,12 +166,20 @@ def check_exchange_inputs(
 
 
 def score_texts(
-    scorer: Scorer, receiver: str, prompt_indices: Sequence[int], texts: Sequence[str]
+    scorer: Scorer,
+    receiver: str,
+    prompt_indices: Sequence[int],
+    texts: Sequence[str],
+    finish_reasons: Sequence[str],
 ) -> list[ScoredText]:
-    """Call the scorer once for all of a receiver's peer texts and check what comes back."""
+    """Call the scorer once for all of a receiver's peer texts and check what comes back.
+
+    `finish_reasons[j]` is how the source's response ended: the receiver appends its
+    EOS only after a response the source ended with EOS ("stop").
+    """
     if not texts:
         return []
-    scored = scorer(receiver, list(prompt_indices), list(texts))
+    scored = scorer(receiver, list(prompt_indices), list(texts), list(finish_reasons))
     if len(scored) != len(texts):
         raise ValueError(
             f"scorer returned {len(scored)} results for {len(texts)} texts (receiver {receiver!r})"

@@ -164,7 +164,8 @@ class GraftExchange(ExchangeStrategy):
         ]
         prompt_indices = [p for _, p in items for _ in range(n)]
         texts = [text for source, p in items for text in rollouts[source].texts[p]]
-        scored = score_texts(scorer, receiver, prompt_indices, texts)
+        reasons = [r for source, p in items for r in rollouts[source].finish_reasons[p]]
+        scored = score_texts(scorer, receiver, prompt_indices, texts, reasons)
         group_scored = [scored[j * n : (j + 1) * n] for j in range(len(items))]
         logliks = np.array(
             [self._logliks(rollouts[s], p, group_scored[j]) for j, (s, p) in enumerate(items)]

@@ -152,7 +152,9 @@ class HacpoExchange(ExchangeStrategy):
         num_prompts = rollouts[receiver].rewards.shape[0]
         items = [(s, p) for s in rollouts if s != receiver for p in range(num_prompts)]
         texts = [text for s, p in items for text in rollouts[s].texts[p]]
-        scored = score_texts(scorer, receiver, [p for _, p in items for _ in range(n)], texts)
+        reasons = [r for s, p in items for r in rollouts[s].finish_reasons[p]]
+        prompt_indices = [p for _, p in items for _ in range(n)]
+        scored = score_texts(scorer, receiver, prompt_indices, texts, reasons)
         advantages = self._learner_advantages(receiver, rollouts)
         groups = []
         for j, (source, p) in enumerate(items):

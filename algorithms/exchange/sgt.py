@@ -61,7 +61,8 @@ class SgtExchange(ExchangeStrategy):
                 direction.selected_prompts = [p for p, _ in pairs]
                 picks += [(peer, p, i) for p, i in pairs]
             texts = [peer.texts[p][i] for peer, p, i in picks]
-            scored = score_texts(scorer, receiver, [p for _, p, _ in picks], texts)
+            reasons = [peer.finish_reasons[p][i] for peer, p, i in picks]
+            scored = score_texts(scorer, receiver, [p for _, p, _ in picks], texts, reasons)
             groups = []
             for (peer, p, i), text, item in zip(picks, texts, scored, strict=True):
                 groups.append(

@@ -178,8 +178,10 @@ class RayPolicy:
     ) -> list[list[Generation]]:
         return self.generate_async(prompts, n, sampling).result()
 
-    def score(self, prompts: Sequence[str], responses: Sequence[str]) -> list[ScoredText]:
-        return self._call("score", list(prompts), list(responses))
+    def score(
+        self, prompts: Sequence[str], responses: Sequence[str], finish_reasons: Sequence[str]
+    ) -> list[ScoredText]:
+        return self._call("score", list(prompts), list(responses), list(finish_reasons))
 
     def update_async(self, batch: TrainBatch, loss_fn: LossFn) -> PendingCall:
         """Start one optimisation pass and return at once; `.result()` gives the metrics."""

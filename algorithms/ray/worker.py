@@ -60,8 +60,10 @@ class PolicyWorker:
     ) -> list[list[Generation]]:
         return self.policy.generate(prompts, n, sampling)
 
-    def score(self, prompts: Sequence[str], responses: Sequence[str]) -> list[ScoredText]:
-        return self.policy.score(prompts, responses)
+    def score(
+        self, prompts: Sequence[str], responses: Sequence[str], finish_reasons: Sequence[str]
+    ) -> list[ScoredText]:
+        return self.policy.score(prompts, responses, finish_reasons)
 
     def update(self, batch: TrainBatch) -> dict[str, float]:
         return self.policy.update(batch, self.algorithm.loss)

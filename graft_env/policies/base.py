@@ -27,12 +27,10 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import torch
 
-from algorithms.types import ScoredText, TrainBatch, TrainSequence
+from algorithms.types import FINISH_REASONS, ScoredText, TrainBatch, TrainSequence
 
 LossFn = Callable[[torch.Tensor, Sequence[TrainSequence]], tuple[torch.Tensor, dict]]
 """`loss_fn(new_logp [B, T] right-padded with 0, sequences) -> (scalar loss, stats)`."""
-
-FINISH_REASONS = ("stop", "length")
 
 
 @dataclass(frozen=True)
@@ -103,11 +101,14 @@ class Policy(Protocol):
         """For each formatted prompt, a group of `n` sampled responses."""
         ...
 
-    def score(self, prompts: Sequence[str], responses: Sequence[str]) -> list[ScoredText]:
+    def score(
+        self, prompts: Sequence[str], responses: Sequence[str], finish_reasons: Sequence[str]
+    ) -> list[ScoredText]:
         """Per-token log-probs of `responses[j]` after `prompts[j]`, on this tokenizer.
 
-        The response string is tokenised as is (nothing stripped) and this
-        tokenizer's EOS is appended, as a finished generation would end.
+        The response string is tokenised as is (nothing stripped); this tokenizer's
+        EOS follows it iff `finish_reasons[j] == "stop"`, i.e. as the source's
+        generation ended: a response cut at `max_new_tokens` gets none.
         """
         ...
 

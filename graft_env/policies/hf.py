@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from algorithms.types import ScoredText, TrainBatch
-from graft_env.policies.base import Generation, LossFn, SamplingParams
+from graft_env.policies.base import FINISH_REASONS, Generation, LossFn, SamplingParams
 from graft_env.policies.forward import response_logprobs
 from graft_env.policies.generation import sample
 from graft_env.policies.hf_options import DTYPES, HFPolicyOptions, load_model, load_tokenizer
@@ -98,16 +98,22 @@ class HFPolicy:
             raise ValueError(f"{self.name}: prompt {prompt[:60]!r} tokenises to nothing")
         return list(ids)
 
-    def encode_response(self, text: str) -> list[int]:
-        """Response tokens as this policy would have ended them: the text, then EOS.
+    def encode_response(self, text: str, finish_reason: str) -> list[int]:
+        """Response tokens ending as the source's generation ended: the text, then this
+        policy's EOS iff `finish_reason == "stop"` (none after a `max_new_tokens` cut).
 
         Special-token strings inside the text (a peer's "<|im_end|>", say) are plain
-        text here, so `decode_response(encode_response(t)) == t` for byte-level BPEs.
+        text here, so `decode_response(encode_response(t, r)) == t` for byte-level BPEs.
         """
         if not isinstance(text, str):
             raise TypeError(f"{self.name}: a response must be a string, got {type(text).__name__}")
+        if finish_reason not in FINISH_REASONS:
+            raise ValueError(
+                f"{self.name}: finish reason {finish_reason!r} is not one of {FINISH_REASONS}"
+            )
         encoded = self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)
-        return [*encoded["input_ids"], self.eos_id]
+        eos = [self.eos_id] if finish_reason == "stop" else []
+        return [*encoded["input_ids"], *eos]
 
     def decode_response(self, token_ids: Sequence[int]) -> str:
         """The response text without special tokens (EOS included), as peers receive it."""
@@ -197,8 +203,23 @@ class HFPolicy:
             scored.extend(row[: len(r)].copy() for row, r in zip(rows, responses, strict=True))
         return scored
 
-    def score(self, prompts: Sequence[str], responses: Sequence[str]) -> list[ScoredText]:
-        token_ids = [self.encode_response(text) for text in responses]
+    def score(
+        self, prompts: Sequence[str], responses: Sequence[str], finish_reasons: Sequence[str]
+    ) -> list[ScoredText]:
+        if len(finish_reasons) != len(responses):
+            raise ValueError(
+                f"{self.name}: {len(responses)} responses but {len(finish_reasons)} finish reasons"
+            )
+        token_ids = [
+            self.encode_response(text, reason)
+            for text, reason in zip(responses, finish_reasons, strict=True)
+        ]
+        empty = [j for j, ids in enumerate(token_ids) if not ids]
+        if empty:
+            raise ValueError(
+                f"{self.name}: responses {empty} have no text and no EOS (cut at "
+                "max_new_tokens after special tokens only): nothing to score"
+            )
         logprobs = self.score_tokens(prompts, token_ids)
         return [ScoredText(ids, lp) for ids, lp in zip(token_ids, logprobs, strict=True)]
 

@@ -44,6 +44,7 @@ def make_rollouts(agent: str, ks: Sequence[int], n: int = N) -> AgentRollouts:
         texts=texts,
         token_ids=token_ids,
         logprobs=logprobs,
+        finish_reasons=[["stop"] * n for _ in range(num_prompts)],
         rewards=rewards,
     )
 
@@ -55,7 +56,13 @@ class TextScorer:
         self.mean_logp = mean_logp or {}
         self.calls: list[tuple[str, list[int], list[str]]] = []
 
-    def __call__(self, receiver: str, prompts: Sequence[int], texts: Sequence[str]):
+    def __call__(
+        self,
+        receiver: str,
+        prompts: Sequence[int],
+        texts: Sequence[str],
+        finish_reasons: Sequence[str],
+    ):
         self.calls.append((receiver, list(prompts), list(texts)))
         return [
             ScoredText(
@@ -269,7 +276,7 @@ def test_exchange_rejects_bad_inputs_with_clear_errors() -> None:
     with pytest.raises(ValueError, match=r"receivers \['Z'\]"):
         algo.exchange(rollouts, ["Z"], TextScorer(), rng)
     with pytest.raises(ValueError, match="returned 0 results"):
-        algo.exchange(rollouts, ["A"], lambda receiver, prompts, texts: [], rng)
+        algo.exchange(rollouts, ["A"], lambda receiver, prompts, texts, finish_reasons: [], rng)
     rollouts["B"].prompt_ids[0] = "other"
     with pytest.raises(ValueError, match="different prompt batches"):
         algo.exchange(rollouts, ["A"], TextScorer(), rng)

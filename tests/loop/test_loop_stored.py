@@ -11,11 +11,22 @@ from algorithms.loop import Trainer
 from algorithms.store import StoreError
 
 
-def test_stored_replay_reproduces_the_live_selection(tmp_path, fresh_policies):
-    # Live one-way-comparable run: no balancing, so its b->a selection is all of C_{b->a}.
+def test_stored_replay_reproduces_the_live_selection_and_endings(tmp_path, fresh_policies):
+    # Live one-way-comparable run: no balancing and graft-stored's candidates (Eq.4), so
+    # its a->b selection is all of C_{a->b}. tiny-b is listed first so it samples with the
+    # same seed as when it trains alone; max_new_tokens=22 cuts some responses, whose
+    # finish reasons must survive the store (seed 1: a moved group has both endings).
+    stream = {"seed": 1, "sampling": {"max_new_tokens": 22}}
     live = Trainer(
-        small_config(tmp_path / "live", "graft-no-balance", steps=1),
-        policies=fresh_policies("tiny-a", "tiny-b"),
+        small_config(
+            tmp_path / "live",
+            "graft-no-balance",
+            ("tiny-b", "tiny-a"),
+            steps=1,
+            options={"candidates": "informative"},
+            **stream,
+        ),
+        policies=fresh_policies("tiny-b", "tiny-a"),
     )
     live.open()
     live_record = live.run_step()
@@ -26,21 +37,33 @@ def test_stored_replay_reproduces_the_live_selection(tmp_path, fresh_policies):
         small_config(
             tmp_path / "stored",
             "graft-stored",
-            agents=("tiny-a",),
+            agents=("tiny-b",),
             steps=1,
-            stored_peer={"run_dir": str(tmp_path / "live"), "agent": "tiny-b"},
+            stored_peer={"run_dir": str(tmp_path / "live"), "agent": "tiny-a"},
+            **stream,
         ),
-        policies=fresh_policies("tiny-a"),
+        policies=fresh_policies("tiny-b"),
     )
     stored.open()
     stored_record = stored.run_step()
 
     def selection(record):
-        return sorted((g.prompt_index, tuple(g.texts)) for g in record.transfers["tiny-a"])
+        return sorted(
+            (g.prompt_index, tuple(g.texts), tuple(tuple(s.token_ids) for s in g.scored))
+            for g in record.transfers["tiny-b"]
+        )
 
     np.testing.assert_array_equal(
-        stored_record.rollouts["tiny-a"].rewards, live_record.rollouts["tiny-a"].rewards
+        stored_record.rollouts["tiny-b"].rewards, live_record.rollouts["tiny-b"].rewards
     )
+    replayed = stored_record.rollouts["tiny-a"].finish_reasons
+    assert replayed == live_record.rollouts["tiny-a"].finish_reasons
+    moved = [
+        replayed[g.prompt_index][i]
+        for g in stored_record.transfers["tiny-b"]
+        for i in g.response_indices
+    ]
+    assert "length" in moved and "stop" in moved, moved
     assert selection(stored_record) == selection(live_record)
 
 

@@ -67,6 +67,7 @@ class Probes:
     blocking_texts: dict = dataclasses.field(default_factory=dict)
     traffic: TrafficMeter | None = None
     traffic_expected: dict = dataclasses.field(default_factory=dict)
+    ended_and_cut: list = dataclasses.field(default_factory=list)
     raised: AgentFailure | None = None
     after_shutdown: AgentFailure | None = None
     actor_gone: bool = False
@@ -77,6 +78,7 @@ class Scenario:
     local_rows: list
     local_weights: dict
     failure: AgentFailure
+    eos_ids: dict
     ray_rows: list
     ray_weights: dict
     probes: Probes
@@ -110,8 +112,9 @@ def probe(policies) -> Probes:
         ("format_prompt", "sent"): len(pickle.dumps(("Compute 2 + 2.",), protocol=5)),
         ("format_prompt", "received"): len(pickle.dumps(prompt, protocol=5)),
     }
+    probes.ended_and_cut = policy.score([prompt] * 2, ["2 + 2 = 4"] * 2, ["stop", "length"])
     with pytest.raises(AgentFailure) as raised:
-        policy.score(["Compute 1 + 1."], [42])
+        policy.score(["Compute 1 + 1."], [42], ["stop"])
     probes.raised = raised.value
     with pytest.raises(AgentFailure) as after:
         policies["tiny-b"].format_prompt("Compute 1 + 1.")
@@ -144,8 +147,15 @@ def scenario(tmp_path_factory, tiny_pair_paths) -> Scenario:
     resumed = Trainer(config)
     ray_rows = resumed.train()
     ray_weights = {name: p.state_dict() for name, p in resumed.policies.items()}
+    eos_ids = {name: p.eos_id for name, p in local.policies.items()}
     return Scenario(
-        local_rows, local_weights, failure.value, ray_rows, ray_weights, probe(resumed.policies)
+        local_rows,
+        local_weights,
+        failure.value,
+        eos_ids,
+        ray_rows,
+        ray_weights,
+        probe(resumed.policies),
     )
 
 
@@ -188,6 +198,13 @@ def test_generate_async_returns_at_once_and_matches_generate(scenario):
 def test_the_traffic_meter_counts_pickled_arguments_and_results(scenario):
     assert scenario.probes.traffic.calls == {"format_prompt": 1}
     assert dict(scenario.probes.traffic.bytes) == scenario.probes.traffic_expected
+
+
+def test_scoring_in_an_actor_appends_eos_only_after_a_finished_response(scenario):
+    ended, cut = scenario.probes.ended_and_cut
+    assert ended.token_ids == [*cut.token_ids, scenario.eos_ids["tiny-a"]]
+    assert scenario.eos_ids["tiny-a"] not in cut.token_ids
+    assert len(cut.logprobs) == len(cut.token_ids)
 
 
 def test_an_exception_inside_an_actor_stops_the_whole_group(scenario):

@@ -2,10 +2,13 @@
 
 import numpy as np
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 import pytest
 
 from algorithms.store import StoreError, TrajectoryStore
 from algorithms.types import AgentRollouts
+
+ENDINGS = ("stop", "length")
 
 
 def rollouts(agent: str, num_prompts: int = 3, n: int = 2) -> AgentRollouts:
@@ -17,6 +20,7 @@ def rollouts(agent: str, num_prompts: int = 3, n: int = 2) -> AgentRollouts:
         texts=[[f"answer {p}.{i} \\boxed{{{p}}}" for i in range(n)] for p in range(num_prompts)],
         token_ids=[[list(range(p + i + 1)) for i in range(n)] for p in range(num_prompts)],
         logprobs=[[-rng.random(p + i + 1) for i in range(n)] for p in range(num_prompts)],
+        finish_reasons=[[ENDINGS[(p + i) % 2] for i in range(n)] for p in range(num_prompts)],
         rewards=rng.integers(0, 2, size=(num_prompts, n)).astype(float),
     )
 
@@ -33,6 +37,7 @@ def test_write_then_read_round_trips_every_field(tmp_path):
         for g, w in zip(got, want, strict=True):
             np.testing.assert_array_equal(g, w)
     np.testing.assert_array_equal(back.rewards, original.rewards)
+    assert back.finish_reasons == original.finish_reasons
     assert back.statuses == [statuses[0:2], statuses[2:4], statuses[4:6]]
 
 
@@ -55,3 +60,14 @@ def test_missing_step_and_incomplete_groups_are_errors(tmp_path):
         store.read(0, "a", n=4)
     with pytest.raises(StoreError, match=r"_meta\.json is missing"):
         store.read_meta()
+
+
+def test_a_store_without_finish_reasons_is_refused_naming_the_file(tmp_path):
+    """Files written before finish reasons were stored cannot say which responses ended
+    with EOS (the source's EOS id is not stored either): no default may stand in."""
+    store = TrajectoryStore(tmp_path)
+    path = store.write("run", 3, rollouts("a"), ["ok"] * 6, "tiny-a")
+    pq.write_table(pq.read_table(path).drop_columns(["finish_reason"]), path)
+    message = r"step_000003/a\.parquet has no finish_reason column.*re-record"
+    with pytest.raises(StoreError, match=message):
+        store.read(3, "a", n=2)

@@ -106,21 +106,43 @@ def test_eos_ends_rows_at_different_steps_with_consistent_logprobs(policy):
             assert len(gen.token_ids) == 40 and eos_count == 0
 
 
-def test_score_appends_eos_and_matches_score_tokens(policy):
+def test_score_appends_eos_only_to_a_finished_response(policy):
     prompt = policy.format_prompt(PROBLEMS[1])
-    [scored] = policy.score([prompt], ["41 + 17 = 58. \\boxed{58}"])
-    assert scored.token_ids[-1] == policy.eos_id
-    [direct] = policy.score_tokens([prompt], [scored.token_ids])
-    np.testing.assert_allclose(scored.logprobs, direct, atol=0, rtol=0)
-    assert scored.mean_logp == pytest.approx(float(np.mean(direct)))
+    text = "41 + 17 = 58. \\boxed{58}"
+    [ended] = policy.score([prompt], [text], ["stop"])
+    [cut] = policy.score([prompt], [text], ["length"])
+    assert ended.token_ids == [*cut.token_ids, policy.eos_id]
+    assert policy.eos_id not in cut.token_ids
+    [direct] = policy.score_tokens([prompt], [ended.token_ids])
+    np.testing.assert_allclose(ended.logprobs, direct, atol=0, rtol=0)
+    assert ended.mean_logp == pytest.approx(float(np.mean(direct)))
+    # Causal scoring: the cut response's log-probs are the finished one's without EOS.
+    np.testing.assert_allclose(cut.logprobs, ended.logprobs[:-1], atol=TOLERANCE, rtol=0)
+
+
+def test_score_needs_one_finish_reason_per_response(policy):
+    prompt = policy.format_prompt(PROBLEMS[0])
+    with pytest.raises(ValueError, match="2 responses but 1 finish reasons"):
+        policy.score([prompt, prompt], ["5", "6"], ["stop"])
+
+
+def test_an_empty_cut_response_is_a_clear_error(policy):
+    """A source that sampled only special tokens until max_new_tokens leaves no text and
+    no EOS: nothing the receiver could score or train on."""
+    prompt = policy.format_prompt(PROBLEMS[0])
+    [only_eos] = policy.score([prompt], [""], ["stop"])
+    assert only_eos.token_ids == [policy.eos_id]
+    with pytest.raises(ValueError, match=r"responses \[1\] have no text and no EOS"):
+        policy.score([prompt, prompt], ["5", ""], ["length", "length"])
 
 
 def test_scoring_is_independent_of_batch_padding(policy):
     prompts = [policy.format_prompt(p) for p in PROBLEMS]
     responses = ["5", "58 is the sum of 41 and 17, so \\boxed{58}", "18"]
-    together = policy.score(prompts, responses)
-    for prompt, response, batched in zip(prompts, responses, together, strict=True):
-        [alone] = policy.score([prompt], [response])
+    reasons = ["stop", "length", "stop"]
+    together = policy.score(prompts, responses, reasons)
+    for j, batched in enumerate(together):
+        [alone] = policy.score([prompts[j]], [responses[j]], [reasons[j]])
         np.testing.assert_allclose(alone.logprobs, batched.logprobs, atol=TOLERANCE, rtol=0)
 
 

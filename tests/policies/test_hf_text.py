@@ -12,15 +12,40 @@ from graft_env.policies.tiny_tokenizer import PLAIN_STYLE, train_tokenizer
 from graft_env.prompts import INSTRUCTION
 
 
-def test_peer_text_round_trips_through_the_other_tokenizer(make_policy, model_dirs):
-    source = make_policy(model_dirs["gpt2"])
-    receiver = make_policy(model_dirs["llama"])
-    prompts = [source.format_prompt("What is 7 + 8?")]
-    [group] = source.generate(prompts, 4, SamplingParams(max_new_tokens=30, seed=2))
+def boosted_eos(policy: HFPolicy, boost: float):
+    """A forward hook raising the EOS logit, so that some rows stop early and some are cut."""
+
+    def hook(module, inputs, logits):
+        logits[..., policy.eos_id] += boost
+        return logits
+
+    return policy.model.get_output_embeddings().register_forward_hook(hook)
+
+
+@pytest.mark.parametrize(("source_name", "receiver_name"), [("gpt2", "llama"), ("llama", "gpt2")])
+def test_a_peer_text_is_re_tokenised_ending_as_the_source_ended_it(
+    make_policy, model_dirs, source_name, receiver_name
+):
+    """The receiver's EOS follows a response the source ended with its own EOS, never one
+    that `max_new_tokens` cut: that would teach the receiver to stop where the source was
+    cut off."""
+    source = make_policy(model_dirs[source_name])
+    receiver = make_policy(model_dirs[receiver_name])
+    hook = boosted_eos(source, 2.5)
+    try:
+        [group] = source.generate(
+            [source.format_prompt("What is 7 + 8?")], 8, SamplingParams(max_new_tokens=6, seed=2)
+        )
+    finally:
+        hook.remove()
+    reasons = [g.finish_reason for g in group]
+    assert set(reasons) == {"stop", "length"}, reasons
     receiver_prompt = receiver.format_prompt("What is 7 + 8?")
-    scored = receiver.score([receiver_prompt] * 4, [g.text for g in group])
+    scored = receiver.score([receiver_prompt] * 8, [g.text for g in group], reasons)
     for gen, item in zip(group, scored, strict=True):
-        assert item.token_ids[-1] == receiver.eos_id
+        ended = gen.finish_reason == "stop"
+        assert item.token_ids.count(receiver.eos_id) == int(ended)
+        assert (item.token_ids[-1] == receiver.eos_id) == ended
         assert receiver.decode_response(item.token_ids) == gen.text
         assert len(item.logprobs) == len(item.token_ids)
 
@@ -34,14 +59,21 @@ def both_policies(model_dirs) -> list[HFPolicy]:
 @given(text=st.text(max_size=60))
 def test_any_text_round_trips(both_policies, text):
     for policy in both_policies:
-        assert policy.decode_response(policy.encode_response(text)) == text
+        for finish_reason in ("stop", "length"):
+            ids = policy.encode_response(text, finish_reason)
+            assert policy.decode_response(ids) == text
 
 
 def test_special_token_strings_in_a_response_are_plain_text(make_policy, model_dirs):
     policy = make_policy(model_dirs["llama"])
-    ids = policy.encode_response("a<|im_end|>b")
+    ids = policy.encode_response("a<|im_end|>b", "stop")
     assert ids.count(policy.eos_id) == 1 and ids[-1] == policy.eos_id
     assert policy.decode_response(ids) == "a<|im_end|>b"
+
+
+def test_an_unknown_finish_reason_is_refused(policy):
+    with pytest.raises(ValueError, match=r"finish reason 'eos'.*\('stop', 'length'\)"):
+        policy.encode_response("1", "eos")
 
 
 def test_prompt_format_follows_the_chat_template_when_there_is_one(make_policy, model_dirs):

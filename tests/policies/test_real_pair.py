@@ -42,10 +42,12 @@ def test_peer_text_round_trips_between_the_real_tokenizers(real_pair):
         [smol.format_prompt("Compute 7 * 6.")], 2, SamplingParams(max_new_tokens=16, seed=1)
     )
     texts = [g.text for g in group] + ["7*6 = 42, so the answer is \\boxed{42}. ü"]
-    scored = gemma.score([gemma.format_prompt("Compute 7 * 6.")] * len(texts), texts)
-    for text, item in zip(texts, scored, strict=True):
+    reasons = [g.finish_reason for g in group] + ["stop"]
+    scored = gemma.score([gemma.format_prompt("Compute 7 * 6.")] * len(texts), texts, reasons)
+    for text, reason, item in zip(texts, reasons, scored, strict=True):
         assert gemma.decode_response(item.token_ids) == text
-        assert item.token_ids[-1] == gemma.eos_id and np.isfinite(item.mean_logp)
+        assert (item.token_ids[-1] == gemma.eos_id) == (reason == "stop")
+        assert np.isfinite(item.mean_logp)
 
 
 def test_the_pair_is_heterogeneous(real_pair):

@@ -39,6 +39,7 @@ def test_clipped_shares_pool_tokens_over_minibatches_and_are_the_only_clip_fract
             [s.response_token_ids for s in batch.sequences[4 * p : 4 * p + 4]] for p in (0, 1)
         ],
         logprobs=[[s.old_logprobs for s in batch.sequences[4 * p : 4 * p + 4]] for p in (0, 1)],
+        finish_reasons=[["stop"] * 4] * 2,
         rewards=np.array([[1, 0, 1, 0], [1, 0, 1, 0]]),
     )
     row = agent_step_metrics(
