@@ -35,6 +35,17 @@ def pair_levels(models: list[str]) -> list[int]:
     return [level for level, weight in zip(LEVELS, config.level_weights, strict=True) if weight]
 
 
+def _skill(prompt_id: str) -> str:
+    return prompt_id.split("/")[2]  # procedural/<split>/<skill>/<seed>/<index>
+
+
+def _skill_means(prompt_ids: list[str], values) -> dict[str, float]:
+    by_skill: dict[str, list[float]] = {}
+    for prompt_id, value in zip(prompt_ids, values, strict=True):
+        by_skill.setdefault(_skill(prompt_id), []).append(float(value))
+    return {skill: sum(v) / len(v) for skill, v in sorted(by_skill.items())}
+
+
 def funnel(record: StepRecord, stats, prompts: int, n: int) -> dict[str, dict[str, float]]:
     """Per direction "S->R": the funnel counts and their shares of the batch."""
     out = {}
@@ -42,6 +53,10 @@ def funnel(record: StepRecord, stats, prompts: int, n: int) -> dict[str, dict[st
         batch = record.batches[receiver].sequences
         moving = [s for s in batch if s.advantage * s.weight != 0]
         peer = sum(s.is_peer for s in moving)
+        ids = record.rollouts[receiver].prompt_ids
+        kept_by_skill: dict[str, int] = {}
+        for p in direction.selected_prompts:
+            kept_by_skill[_skill(ids[p])] = kept_by_skill.get(_skill(ids[p]), 0) + 1
         out[f"{source}->{receiver}"] = {
             "gate_candidates": direction.gate_candidates,
             "prompts_kept": len(direction.selected_prompts),
@@ -54,6 +69,7 @@ def funnel(record: StepRecord, stats, prompts: int, n: int) -> dict[str, dict[st
             if direction.transferred
             else None,
             "peer_share_of_update": peer / len(moving) if moving else None,
+            "kept_prompts_by_skill": dict(sorted(kept_by_skill.items())),
         }
     return out
 
@@ -85,6 +101,10 @@ def measure(
         record = trainer.run_step()
     return {
         "models": models,
+        "batch_pass_at_1": {
+            name: _skill_means(rollouts.prompt_ids, rollouts.rewards.mean(axis=1))
+            for name, rollouts in record.rollouts.items()
+        },
         "prompts": prompts,
         "n": n,
         "seed": seed,
@@ -108,6 +128,11 @@ def format_funnel(result: dict) -> str:
             f"{name:<26}{d['gate_candidate_share']:>12.1%}{d['kept_prompt_share']:>8.1%}"
             f"{d['admitted_response_share']:>10.1%}{floor:>12}{update:>22}"
         )
+        kept = ", ".join(f"{skill} {count}" for skill, count in d["kept_prompts_by_skill"].items())
+        lines.append(f"{'':<4}kept prompts by skill: {kept or 'none'}")
+    for name, skills in result["batch_pass_at_1"].items():
+        shown = ", ".join(f"{skill} {value:.0%}" for skill, value in skills.items())
+        lines.append(f"{name} pass@1 on this batch: {shown}")
     return "\n".join(lines)
 
 

@@ -130,7 +130,7 @@ def _target_mix(
     held_out = target_problems(config, seed)
 
     def weights(step: int) -> dict[str, float] | None:
-        if step == 0:
+        if step < targets.first_check:
             return base
         sampling = SamplingParams(
             temperature=1.0, top_p=1.0, max_new_tokens=targets.check_max_new_tokens, seed=step

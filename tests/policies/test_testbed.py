@@ -36,7 +36,9 @@ SMALL = dict(
 QUICK_TESTBED = dataclasses.replace(
     TESTBED,
     **SMALL,
-    targets=WarmStartTargets(check_every=4, check_prompts=1, check_n=2, check_max_new_tokens=8),
+    targets=WarmStartTargets(
+        check_every=4, first_check=4, check_prompts=1, check_n=2, check_max_new_tokens=8
+    ),
 )
 
 
@@ -125,7 +127,7 @@ def test_warm_start_stops_when_every_skill_is_at_target(tmp_path, monkeypatch):
 
 
 def test_warm_start_runs_to_the_cap_and_sets_reached_skills_aside(tmp_path, monkeypatch):
-    targets = dataclasses.replace(QUICK_TESTBED.targets, reached_weight=0.25)
+    targets = dataclasses.replace(QUICK_TESTBED.targets, reached_weight=0.5)
     config = dataclasses.replace(QUICK_TESTBED, targets=targets)
     measure, _ = _scripted_pass_at_1(lambda call: 0.3)  # own target 0.5 missed, peer 0.1 met
     monkeypatch.setattr(tiny, "_skill_pass_at_1", measure)
@@ -137,7 +139,7 @@ def test_warm_start_runs_to_the_cap_and_sets_reached_skills_aside(tmp_path, monk
     assert check["reached"] == sorted(s for s in SKILLS if s not in spec.skills)
     base = base_skill_weights(spec, config)
     for skill, weight in check["weights"].items():
-        factor = 0.25 if skill in check["reached"] else 1.0
+        factor = 0.5 if skill in check["reached"] else 1.0
         assert weight == pytest.approx(factor * base[skill])
 
 
@@ -153,3 +155,13 @@ def test_funnel_script_runs_one_graft_step_at_the_smallest_size(tmp_path, capsys
         assert 0 <= direction["prompts_kept"] <= direction["gate_candidates"] <= 3
         assert direction["responses_transferred"] == 2 * direction["prompts_kept"]
     assert "peer share of update" in capsys.readouterr().out
+
+
+def test_no_check_runs_before_first_check(tmp_path, monkeypatch):
+    targets = dataclasses.replace(QUICK_TESTBED.targets, first_check=8)
+    config = dataclasses.replace(QUICK_TESTBED, targets=targets)
+    measure, calls = _scripted_pass_at_1(lambda call: 0.0)
+    monkeypatch.setattr(tiny, "_skill_pass_at_1", measure)
+    training = _training(build_tiny_pair(tmp_path, config=config, workers=0, log=lambda _: None))
+    assert [c["step"] for c in training["testbed-a"]["target_checks"]] == [8]
+    assert len(calls) == 2  # one check per member, at step 8 of 12
