@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import algorithms
 from algorithms.run_config import TrainConfig, config_from_dict
 from benchmarks.compare_grid import (
     AlgorithmEntry,
@@ -147,6 +148,10 @@ def make_cell(
         # where and how fast, not what: moving --out or changing threads keeps the hash
         ignored = ("run_dir", "stored_peer", "threads")
         train = {k: v for k, v in config.to_dict().items() if k not in ignored}
+        # the resolved options, not just the entry's name: a changed preset or default
+        # (e.g. the sample std of Eq.1) must retrain the cell, never reuse it
+        resolved = algorithms.make(config.algorithm, **config.algorithm_options).config
+        train["resolved_algorithm"] = dataclasses.asdict(resolved)
     payload = {
         "train": train,
         "stored_peer": [source.cell_id, source.config_hash] if source else None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -146,3 +147,21 @@ def test_the_shipped_grids_are_valid(name, tmp_path):
     assert {"GRPO n=8", "GRAFT"} <= labels
     if name == "compare_tiny_full.yaml":
         assert {"GRPO n=16", "GRPO n=32", "no compat", "no clip", "SGT", "HACPO"} <= labels
+
+
+def test_the_config_hash_follows_the_resolved_preset_not_only_its_name(tmp_path, monkeypatch):
+    """A changed preset or default (as when Eq.1 moved to the sample std) must retrain the
+    cells that use it, not reuse them: the hash holds the resolved options, not the name."""
+    from algorithms import registry
+
+    def hashes():
+        return {c.cell_id: c.config_hash for c in plan_cells(grid_from_dict(GRID), tmp_path)}
+
+    before = hashes()
+    graft = registry._PRESETS["graft"]
+    monkeypatch.setitem(
+        registry._PRESETS, "graft", lambda: dataclasses.replace(graft(), adv_ddof=0)
+    )
+    after = hashes()
+    differs = sorted(cell for cell in before if before[cell] != after[cell])
+    assert differs == [f"graft/tiny-a+tiny-b/seed{seed}" for seed in (0, 1)]
