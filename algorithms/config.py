@@ -107,12 +107,16 @@ class AlgorithmConfig:
         "token", "Length normalisation of log-likelihoods in s: 'token' (paper) or 'char'."
     )
     admission: str = _option(
-        "compat", "'compat': floor decides; 'random': same count admitted at random, w = min(s, 1)."
+        "compat",
+        "'compat': floor decides; 'random': as many responses as the floor admits per "
+        "direction and step (see admission_match) admitted at random, w = min(s, 1).",
     )
     admission_match: str = _option(
         "direction",
         "admission='random': match the floor's admitted count per 'direction' and step "
-        "(App. F, Table 7) or per transferred 'group'.",
+        "(App. F, Table 7: the paper's form) or per transferred 'group', a finer control: "
+        "it matches the floor group by group, so it isolates which responses are admitted "
+        "from how many each prompt gets.",
     )
     success_only: bool = _option(
         False, "Remove failed source responses from transferred groups (weight 0; counted)."

@@ -106,6 +106,13 @@ def test_describe_names_every_option_an_entry_changes_from_grpo() -> None:
     assert algorithms.make("grpo-kl", kl_coef=0.01).describe()["kl_coef"].startswith("0.01: ")
 
 
+def test_random_admission_says_its_count_is_matched_per_direction() -> None:
+    # App. F: the floor's count "separately in each direction", the default admission_match.
+    described = algorithms.make("graft-random-admission").describe()
+    assert "per direction and step" in described["admission"]
+    assert "admission_match" in described["admission"]
+
+
 def test_every_field_is_documented_and_the_config_is_frozen() -> None:
     config = AlgorithmConfig()
     help_texts = config.describe()
