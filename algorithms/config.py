@@ -244,6 +244,13 @@ class AlgorithmConfig:
                 "'informative' with balance=True (balancing keeps the highest k_S first, so "
                 "zero-advantage all-pass groups would displace informative ones)",
             )
+        if self.pooled and self.candidates == "any_success":
+            _fail(
+                "pooled",
+                True,
+                "False with candidates='any_success' (an all-pass source group pooled with the "
+                "receiver's all-fail group gets non-zero advantages, not the zero it carries)",
+            )
         gate_only = {"selection": "gate", "admission": "compat", "success_only": False}
         gate_only.update(candidates="informative")
         gate_only.update(pooled=False, stored=False)

@@ -170,6 +170,7 @@ def test_bad_values_name_the_field_and_what_it_accepts(overrides, message) -> No
         ("graft-no-compat", {"admission": "random"}, r"admission = 'random'.*compat=False"),
         ("graft", {"admission_match": "group"}, r"admission_match = 'group'.*admission='random'"),
         ("graft", {"candidates": "any_success"}, r"candidates = 'any_success'.*balance=True"),
+        ("graft-no-balance", {"pooled": True}, r"pooled = True.*candidates='any_success'"),
     ],
 )
 def test_contradictory_options_are_rejected(name, overrides, message) -> None:
