@@ -14,6 +14,12 @@ from algorithms.core._checks import check_int, check_rng, integer_array, success
 CANDIDATE_RULES = ("informative", "any_success")
 
 
+def _check_balance(balance: bool, candidates: str) -> None:
+    """Balancing ranks by k_S, so zero-advantage all-pass groups would displace informative ones."""
+    if balance and candidates == "any_success":
+        raise ValueError("candidates='any_success' needs balance=False (balancing ranks by k_S)")
+
+
 def _eligible_sources(k: np.ndarray, n: int, candidates: str) -> np.ndarray:
     """Which source groups a rule lets move: 1 <= k < n (Eq.4) or k >= 1 (SGT's rule)."""
     if candidates == "informative":
@@ -84,8 +90,9 @@ def select_exchange(
     select-with-ties in each direction, so neither model floods the other with
     off-policy data; m = 0 transfers nothing either way. balance=False
     (graft-no-balance) transfers every candidate. `candidates` is the rule of
-    `exchange_candidates`.
+    `exchange_candidates`; 'any_success' needs balance=False.
     """
+    _check_balance(balance, candidates)
     a_to_b = exchange_candidates(k_a, k_b, n, candidates)
     b_to_a = exchange_candidates(k_b, k_a, n, candidates)
     if not balance:
@@ -103,13 +110,14 @@ def select_exchange_multi(
     is the informative peer (1 <= k < n) with the highest k, ties broken by the
     lowest agent index. With candidates='any_success' an all-pass peer (k = n) is
     eligible too, but only when no peer is informative [project choice]: its group
-    carries zero advantage, so it must not displace one that carries signal. With
-    balance=True each unordered pair (a, b) is then balanced as in the two-model
-    case. A prompt dropped by balancing is not offered to a second-best peer: the
-    receiver keeps its own group, as with two models. Returns
-    {(source, receiver): prompt indices} for every ordered pair; with N = 2 this
-    equals `select_exchange`.
+    carries zero advantage, so it must not displace one that carries signal; it needs
+    balance=False, as in `select_exchange`. With balance=True each unordered pair
+    (a, b) is then balanced as in the two-model case. A prompt dropped by balancing is
+    not offered to a second-best peer: the receiver keeps its own group, as with two
+    models. Returns {(source, receiver): prompt indices} for every ordered pair; with
+    N = 2 this equals `select_exchange`.
     """
+    _check_balance(balance, candidates)
     n = check_int(n, "n", minimum=1)
     counts = success_counts(k, "k", ndim=2, n=n)
     num_agents = counts.shape[0]
