@@ -38,6 +38,7 @@ Deviations, all because the project's one shared surrogate (Eq.10) is kept:
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -92,6 +93,12 @@ class HacpoExchange(ExchangeStrategy):
                     f"hacpo state: success_history[{agent!r}] must list at most {window} rates "
                     f"(capability_window), got {rates!r}"
                 )
+            for i, rate in enumerate(rates):
+                if not _is_rate(rate):
+                    raise ValueError(
+                        f"hacpo state: success_history[{agent!r}][{i}] = {rate!r} is not a "
+                        "success rate (a finite number in [0, 1])"
+                    )
         self._success_history = {
             agent: deque((float(r) for r in rates), maxlen=window)
             for agent, rates in history.items()
@@ -208,3 +215,9 @@ class HacpoExchange(ExchangeStrategy):
             )
         centred[uniform] = 0.0
         return {a: centred[:, i * cfg.n : (i + 1) * cfg.n] for i, a in enumerate(agents)}
+
+
+def _is_rate(value: object) -> bool:
+    """A number in [0, 1]; bools and strings are not (JSON keeps a saved float a float)."""
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    return number and math.isfinite(value) and 0.0 <= value <= 1.0

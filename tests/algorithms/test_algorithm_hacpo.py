@@ -121,6 +121,11 @@ def test_the_capability_window_survives_a_restart_through_state_dict() -> None:
         ({"success_history": {"A": [0.5] * 4}}, "at most 3 rates"),
         ({"success_history": {"A": 0.5}}, "at most 3 rates"),
         ({"success_history": {}, "extra": 1}, r"hacpo state must be \{'success_history'"),
+        ({"success_history": {"A": [0.5, None]}}, r"success_history\['A'\]\[1\] = None"),
+        ({"success_history": {"A": [float("nan")]}}, r"success_history\['A'\]\[0\] = nan"),
+        ({"success_history": {"A": [1.5]}}, r"success_history\['A'\]\[0\] = 1.5"),
+        ({"success_history": {"A": ["0.5"]}}, r"success_history\['A'\]\[0\] = '0.5'"),
+        ({"success_history": {"A": [True]}}, r"success_history\['A'\]\[0\] = True"),
     ],
 )
 def test_a_hacpo_state_that_does_not_fit_is_refused(state, message) -> None:

@@ -147,6 +147,10 @@ def test_a_checkpoint_whose_strategy_state_does_not_fit_is_refused(tmp_path, fre
         ({"strategy": "graft", "state": {}}, "holds the state of exchange strategy 'graft'"),
         ({"strategy": "hacpo", "state": {}}, "hacpo state must be"),
         (None, "hacpo state must be"),  # a checkpoint written before strategies had state
+        (
+            {"strategy": "hacpo", "state": {"success_history": {"tiny-a": [None]}}},
+            r"success_history\['tiny-a'\]\[0\] = None",
+        ),
     ):
         state = {"step": 1, "algorithm": "hacpo"} | ({"exchange": exchange} if exchange else {})
         save_checkpoint(tmp_path / "run" / "checkpoints", 1, policies, state)
