@@ -64,7 +64,6 @@ _GRAFT_VARIANTS: dict[str, dict[str, object]] = {
     "graft-no-floor": {"delta": 0.0},
     "graft-no-clip": {"peer_clip": False},
     "graft-naive": {"compat": False, "peer_clip": False},
-    "graft-no-balance": {"balance": False, "candidates": "any_success"},
     "graft-random-prompts": {"selection": "random_prompts"},
     "graft-random-admission": {"admission": "random"},
     "graft-peer-first": {"order": "peer_first"},
@@ -84,6 +83,20 @@ def _register_graft_variant(name: str, changes: dict[str, object]) -> None:
 
 for _name, _changes in _GRAFT_VARIANTS.items():
     _register_graft_variant(_name, _changes)
+
+
+@register("graft-no-balance")
+def graft_no_balance() -> AlgorithmConfig:
+    """GRAFT without balancing: every candidate moves, none dropped by m or the ties rule.
+
+    [project choice] The candidates are SGT's eligibility (k_R = 0 and k_S >= 1,
+    candidates='any_success'), as in the paper's App. G row ("SGT + GRAFT how"), so
+    all-pass source groups (k_S = n) move too; they carry zero advantage and change
+    only the receiver's token-mean denominator. This departs from GRAFT-SPEC §7's
+    text, "every candidate in C_{S->R}" (Eq.4's 1 <= k_S < n): that form is
+    make("graft-no-balance", candidates="informative").
+    """
+    return replace(graft(), balance=False, candidates="any_success")
 
 
 @register("graft-seq-ratio")
