@@ -266,11 +266,11 @@ class Algorithm:
         when `needs_reference`; the loss then adds kl_coef x the k3 KL over the policy
         gradient's tokens, divided by the same denominator (verl's kl_loss).
 
-        The statistics are counts, never fractions: the policy averages each over the
-        step's minibatches, so a share (`clipped_share_peer` in `metrics`) is a ratio
-        of two of them, pooled over the step. A mean of per-minibatch fractions would
-        weigh a minibatch of 10 peer tokens like one of 1,000 and count own-only
-        minibatches as 0.
+        The statistics are token counts and per-minibatch means (loss, nll, kl), never
+        shares: the policy averages each over the step's minibatches, so a share
+        (`clipped_share_peer` in `metrics`) is a ratio of two pooled counts. A mean of
+        per-minibatch fractions would weigh a minibatch of 10 peer tokens like one of
+        1,000 and count own-only minibatches as 0.
         """
         cfg = self.config
         if self.needs_reference != (ref_logp is not None):

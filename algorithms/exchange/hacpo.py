@@ -12,7 +12,7 @@ prompt is the n own responses plus the n responses of every peer. Four mechanism
    b = plain mean when all rewards of the pooled group are equal (no signal is
    invented) and b = mean of L's own rewards if the weighted baseline exceeds 1
    (binary rewards). Advantage (r - b) / (std + adv_eps) over the pooled group,
-   sample std (preset adv_ddof=1). Own responses get these advantages too
+   sample std (adv_ddof=1, every entry's default). Own responses get these advantages too
    (`own_advantages`).
 2. Capability discrepancy coefficient: a peer response's loss term is scaled by
    clip(P_S / P_L, capability_ratio_min, capability_ratio_max) - its weight here.

@@ -30,7 +30,12 @@ import torch
 from algorithms.types import FINISH_REASONS, ScoredText, TrainBatch, TrainSequence
 
 LossFn = Callable[[torch.Tensor, Sequence[TrainSequence]], tuple[torch.Tensor, dict]]
-"""`loss_fn(new_logp [B, T] right-padded with 0, sequences) -> (scalar loss, stats)`."""
+"""`loss_fn(new_logp [B, T] right-padded with 0, sequences) -> (scalar loss, stats)`.
+
+A loss that `training.wants_reference` (`Algorithm.loss` when its algorithm
+`needs_reference`) is also given `ref_logp=`: the same [B, T] tokens' log-probs under
+the frozen reference model, padded alike.
+"""
 
 
 @dataclass(frozen=True)
