@@ -197,6 +197,15 @@ def test_random_admission_admits_as_many_as_the_floor_at_random() -> None:
     admitted = weights > 0
     np.testing.assert_allclose(weights[admitted], np.minimum(s, 1.0)[admitted])
 
+    def admitted_per_group(seed: int, **options) -> tuple[int, ...]:
+        transfers = run_exchange("graft-random-admission", PAIR, scorer, seed, **options)[2]
+        return tuple(int(np.count_nonzero(g.weights)) for g in transfers["A"])
+
+    # One draw of 7 over the direction's 8 responses leaves out one of either group's; a
+    # per-group draw always admits the floor's 3 of group 0 and 4 of group 2.
+    assert {admitted_per_group(seed) for seed in range(12)} == {(3, 4), (4, 3)}
+    assert {admitted_per_group(seed, admission_match="group") for seed in range(12)} == {(3, 4)}
+
 
 def test_stored_is_one_way_and_unbalanced() -> None:
     algo, _, transfers = run_exchange("graft-stored", PAIR, receivers=["A"])
@@ -223,6 +232,28 @@ def test_three_agents_take_the_best_informative_peer_then_balance_pairwise() -> 
     summary = algo.last_exchange_stats.summary()
     assert summary["exchange/C->A/gate_candidates"] == 2.0
     assert summary["exchange/C->A/candidates"] == 1.0
+
+
+# n = 4. Receiver A failed 0 and 1: on 0 C's informative group beats B's all-pass one, on 1
+# B's all-pass group is the only success. B failed 3 (C: 3/4) and 4 (nobody). C failed 1
+# (B: 4/4) and 2 (A and B both 4/4: the lower agent index, A).
+ALL_PASS_THREE = {"A": [0, 0, 4, 2, 0], "B": [4, 4, 4, 0, 0], "C": [1, 0, 0, 3, 0]}
+
+
+def test_any_success_with_three_agents_moves_all_pass_groups_only_without_a_better_peer() -> None:
+    algo, _, transfers = run_exchange("graft-no-balance", ALL_PASS_THREE)
+    assert prompts_of(transfers["A"]) == [("B", 1), ("C", 0)]
+    assert prompts_of(transfers["B"]) == [("C", 3)]
+    assert prompts_of(transfers["C"]) == [("A", 2), ("B", 1)]
+    for group in (transfers["A"][0], *transfers["C"]):  # the all-pass groups
+        np.testing.assert_array_equal(group.advantages, np.zeros(N))
+        np.testing.assert_array_equal(group.weights, np.ones(N))
+    direction = algo.last_exchange_stats.directions[("B", "A")]
+    assert (direction.gate_candidates, direction.candidates) == (2, 1)  # B's 0 went to C
+    _, _, informative = run_exchange("graft-no-balance", ALL_PASS_THREE, candidates="informative")
+    assert prompts_of(informative["A"]) == [("C", 0)]
+    assert prompts_of(informative["B"]) == [("C", 3)]
+    assert informative["C"] == []
 
 
 def test_random_prompts_with_three_agents_keep_counts_and_never_fill_a_prompt_twice() -> None:

@@ -86,7 +86,7 @@ def test_resume_after_a_mid_step_kill_and_a_corrupt_checkpoint(tmp_path, fresh_p
 
 # Every entry with state beyond the weights that could escape a checkpoint: HACPO's rolling
 # capability window, the refill stream of dynamic sampling, the stored peer's log, and the
-# step rng of SGT's pick and the random controls.
+# step rng of SGT's pick, the random controls and graft-peer-random's minibatch order.
 STATEFUL = [
     "hacpo",
     "grpo-dynamic",
@@ -94,6 +94,7 @@ STATEFUL = [
     "sgt",
     "graft-random-prompts",
     "graft-random-admission",
+    "graft-peer-random",
 ]
 
 
