@@ -139,8 +139,10 @@ def _target_mix(
         reached = sorted(s for s in base if measured[s] >= goal[s])
         shown = "  ".join(f"{s} {measured[s]:.0%}/{goal[s]:.0%}" for s in base)
         print(f"[{spec.name}] step {step:5d}  pass@1/target  {shown}", flush=True)
+        own = [measured[s] for s in spec.skills]
+        peer = [measured[s] for s in base if s not in spec.skills]
         new = None
-        if len(reached) < len(base):
+        if sum(own) / len(own) < targets.own or sum(peer) / len(peer) < targets.peer:
             factor = {s: targets.reached_weight if s in reached else 1.0 for s in base}
             new = {s: w * factor[s] for s, w in base.items()}
         history.append({"step": step, "pass_at_1": measured, "reached": reached, "weights": new})

@@ -40,15 +40,20 @@ class WarmStartTargets:
 
     A fixed step count lands wherever the float summation order of the machine takes
     it (the same tiny-pair key gave 36 % and 44 % own-skill pass@1 on two CPUs); a
-    target is reached wherever the path goes. Every `check_every` SFT steps each
-    model samples `check_n` responses (temperature 1) to `check_prompts` held-out
-    prompts per skill (`target_problems`). A skill at or above its target trains on
+    target is reached wherever the path goes (the models learn in a late, steep
+    rise whose timing is what differs). Every `check_every` SFT steps each model
+    samples `check_n` responses (temperature 1) to `check_prompts` held-out prompts
+    per skill (`target_problems`). A skill at or above its target trains on
     `reached_weight` x its base share of the data (`base_skill_weights`) until a
-    later check finds it below again; the warm start stops at the first check that
-    finds every skill at its target, else at `sft.steps` (the cap, over which the
-    learning-rate schedule is laid out). Checks start at step `first_check`: before
-    it the models are still learning the solution format (pass@1 ~0 at every skill),
-    and an untrained model's check, which samples to the length cap, costs most.
+    later check finds it below again. The warm start stops at the first check
+    whose mean pass@1 over the model's own skills reaches `own` and over the
+    others' reaches `peer`, else at `sft.steps` (the cap, over which the
+    learning-rate schedule is laid out). Means, not every skill: the skills learn
+    at very different speeds (level-1 subtraction reached 99 % while modular was
+    at 5 %), so "every skill at target" stops at the cap, like a fixed step count.
+    Checks start at step `first_check`: before it the models are still learning the
+    solution format (pass@1 ~0 at every skill), and an untrained model's check,
+    which samples to the length cap, costs most.
 
     own / peer: the target on the model's own skills / on the other model's.
     reached_weight: not 0, because these models forget fast: with no data, a
@@ -56,8 +61,8 @@ class WarmStartTargets:
         once its data was back (testbed-a, addition).
     """
 
-    own: float = 0.5
-    peer: float = 0.12
+    own: float = 0.4
+    peer: float = 0.1
     check_every: int = 250
     first_check: int = 1000
     check_prompts: int = 20
@@ -245,7 +250,7 @@ TESTBED = TinyPairConfig(
         ),
         TinyModelSpec("testbed-b", "llama", CHATML_STYLE, ("subtraction", "modular", "gcd")),
     ),
-    sft=SFTConfig(steps=5000, batch_size=16, lr=2e-3, warmup_steps=100),
+    sft=SFTConfig(steps=4000, batch_size=16, lr=2e-3, warmup_steps=100),
     peer_skill_share=0.25,
     name="testbed-pair",
     targets=WarmStartTargets(),

@@ -96,12 +96,14 @@ def test_weighted_batches_follow_the_current_weights():
 
 
 def _scripted_pass_at_1(values):
-    """A stand-in for the check's sampling: pass@1 per skill from `values(call)`."""
+    """A stand-in for the check's sampling: pass@1 per skill from `values(call)`
+    (a number for every skill, or a {skill: value} mapping)."""
     calls = []
 
     def measure(model, tokenizer, problems, n, sampling):
         calls.append(sampling.seed)
-        return {skill: values(len(calls)) for skill in SKILLS}
+        value = values(len(calls))
+        return {skill: value[skill] if isinstance(value, dict) else value for skill in SKILLS}
 
     return measure, calls
 
@@ -165,3 +167,17 @@ def test_no_check_runs_before_first_check(tmp_path, monkeypatch):
     training = _training(build_tiny_pair(tmp_path, config=config, workers=0, log=lambda _: None))
     assert [c["step"] for c in training["testbed-a"]["target_checks"]] == [8]
     assert len(calls) == 2  # one check per member, at step 8 of 12
+
+
+def test_the_stop_rule_is_on_the_mean_of_own_and_of_peer_skills(tmp_path, monkeypatch):
+    # One own skill far below its target, the own mean above: the mix is at target.
+    own = QUICK_TESTBED.models[0].skills
+    lagging = {s: (0.0 if s == own[0] else 0.9) if s in own else 0.15 for s in SKILLS}
+    measure, _ = _scripted_pass_at_1(lambda call: lagging)
+    monkeypatch.setattr(tiny, "_skill_pass_at_1", measure)
+    training = _training(
+        build_tiny_pair(tmp_path, config=QUICK_TESTBED, workers=0, log=lambda _: None)
+    )
+    check = training["testbed-a"]["target_checks"][-1]
+    assert training["testbed-a"]["steps"] == 4 and check["weights"] is None
+    assert own[0] not in check["reached"]
