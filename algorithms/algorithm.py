@@ -23,9 +23,10 @@ from itertools import accumulate
 import numpy as np
 import torch
 
-from algorithms.collate import collate
+from algorithms.collate import CollatedSequences, collate
 from algorithms.config import AlgorithmConfig
 from algorithms.core import (
+    SurrogateOutput,
     clipped_surrogate,
     group_advantages,
     order_minibatches,
@@ -273,48 +274,9 @@ class Algorithm:
         1,000 and count own-only minibatches as 0.
         """
         cfg = self.config
-        if self.needs_reference != (ref_logp is not None):
-            raise ValueError(
-                f"algorithm {self.name!r}: kl_coef={cfg.kl_coef} needs ref_logp (the policy "
-                "computes it when given this algorithm's `loss` itself)"
-                if self.needs_reference
-                else f"algorithm {self.name!r}: ref_logp given, but kl_coef is 0"
-            )
+        self._check_reference(ref_logp)
         batch = collate(sequences, new_logp)
-        rows = len(sequences)
-        seq_ratio = torch.full((rows,), cfg.ratio == "sequence", device=new_logp.device)
-        luffy = batch.is_peer & (cfg.peer_objective == "luffy")
-        own_eps = (cfg.eps_low, cfg.eps_high)
-        peer_eps = (
-            cfg.eps_low if cfg.peer_eps_low is None else cfg.peer_eps_low,
-            cfg.eps_high if cfg.peer_eps_high is None else cfg.peer_eps_high,
-        )
-        if peer_eps == own_eps:
-            parts = [(batch.weights, own_eps)]
-        else:
-            zero = torch.zeros_like(batch.weights)
-            parts = [
-                (torch.where(batch.is_peer, zero, batch.weights), own_eps),
-                (torch.where(batch.is_peer, batch.weights, zero), peer_eps),
-            ]
-        outputs = [
-            clipped_surrogate(
-                new_logp,
-                batch.old_logp,
-                batch.mask,
-                batch.advantages,
-                weights,
-                eps_low=eps_low,
-                eps_high=eps_high,
-                clip=batch.clip,
-                seq_ratio=seq_ratio,
-                is_peer=batch.is_peer,
-                luffy=luffy,
-                luffy_gamma=cfg.luffy_gamma,
-                constant_norm=cfg.constant_norm,
-            )
-            for weights, (eps_low, eps_high) in parts
-        ]
+        outputs = self._surrogates(new_logp, batch)
         pg_tokens = sum(out.pg_tokens for out in outputs)
         normaliser = sum(out.normaliser for out in outputs)
         if len(outputs) == 1:
@@ -326,8 +288,7 @@ class Algorithm:
         loss = pg_loss + cfg.sgt_coef * nll if bool(batch.nll.any()) else pg_loss
         kl_stats = {}
         if ref_logp is not None:
-            pg_mask = batch.mask * (batch.weights > 0)[:, None].to(batch.mask.dtype)
-            kl = reference_kl(new_logp, ref_logp, pg_mask).sum() / normaliser.clamp(min=1)
+            kl = self._reference_kl(new_logp, ref_logp, batch, normaliser)
             loss = loss + cfg.kl_coef * kl
             kl_stats["kl"] = float(kl.detach())
 
@@ -346,3 +307,66 @@ class Algorithm:
             **kl_stats,
         }
         return loss, stats
+
+    def _check_reference(self, ref_logp: torch.Tensor | None) -> None:
+        """`loss` takes ref_logp exactly when the algorithm `needs_reference`."""
+        if self.needs_reference != (ref_logp is not None):
+            raise ValueError(
+                f"algorithm {self.name!r}: kl_coef={self.config.kl_coef} needs ref_logp (the "
+                "policy computes it when given this algorithm's `loss` itself)"
+                if self.needs_reference
+                else f"algorithm {self.name!r}: ref_logp given, but kl_coef is 0"
+            )
+
+    def _surrogates(
+        self, new_logp: torch.Tensor, batch: CollatedSequences
+    ) -> list[SurrogateOutput]:
+        """Eq.10 over the batch: one `clipped_surrogate`, or one per row set (own, peer)
+        when the config gives peers their own clip range."""
+        cfg = self.config
+        rows = len(batch.weights)
+        seq_ratio = torch.full((rows,), cfg.ratio == "sequence", device=new_logp.device)
+        luffy = batch.is_peer & (cfg.peer_objective == "luffy")
+        own_eps = (cfg.eps_low, cfg.eps_high)
+        peer_eps = (
+            cfg.eps_low if cfg.peer_eps_low is None else cfg.peer_eps_low,
+            cfg.eps_high if cfg.peer_eps_high is None else cfg.peer_eps_high,
+        )
+        if peer_eps == own_eps:
+            parts = [(batch.weights, own_eps)]
+        else:
+            zero = torch.zeros_like(batch.weights)
+            parts = [
+                (torch.where(batch.is_peer, zero, batch.weights), own_eps),
+                (torch.where(batch.is_peer, batch.weights, zero), peer_eps),
+            ]
+        return [
+            clipped_surrogate(
+                new_logp,
+                batch.old_logp,
+                batch.mask,
+                batch.advantages,
+                weights,
+                eps_low=eps_low,
+                eps_high=eps_high,
+                clip=batch.clip,
+                seq_ratio=seq_ratio,
+                is_peer=batch.is_peer,
+                luffy=luffy,
+                luffy_gamma=cfg.luffy_gamma,
+                constant_norm=cfg.constant_norm,
+            )
+            for weights, (eps_low, eps_high) in parts
+        ]
+
+    @staticmethod
+    def _reference_kl(
+        new_logp: torch.Tensor,
+        ref_logp: torch.Tensor,
+        batch: CollatedSequences,
+        normaliser: torch.Tensor,
+    ) -> torch.Tensor:
+        """The k3 KL to the reference over the policy gradient's tokens (rows with w > 0),
+        divided by the policy loss's normaliser (verl's kl_loss)."""
+        pg_mask = batch.mask * (batch.weights > 0)[:, None].to(batch.mask.dtype)
+        return reference_kl(new_logp, ref_logp, pg_mask).sum() / normaliser.clamp(min=1)
