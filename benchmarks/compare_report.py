@@ -62,6 +62,10 @@ def cell_records(results: Iterable[Mapping[str, Any]]) -> list[Record]:
                         )
                         for name, b in evaluation.items()
                     },
+                    "samples": {  # per problem; None in results written before k was stored
+                        name: b["k"] * len(b["successes"]) if "k" in b else None
+                        for name, b in evaluation.items()
+                    },
                     "checkpoint_steps": model.get("checkpoint_steps"),
                     "rollouts_to_checkpoint": model.get("rollouts_to_checkpoint"),
                     "cell_rollouts_to_checkpoint": None

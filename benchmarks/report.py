@@ -89,6 +89,7 @@ def result_dict(result: EvalResult) -> dict[str, Any]:
             "pass@1_per_repeat": bench.pass_at_1_per_repeat,
             "status_counts": bench.status_counts,
             "finish_reasons": bench.finish_reasons,
+            "k": bench.k,
             "problem_ids": bench.problem_ids,
             "successes": bench.successes,
         }

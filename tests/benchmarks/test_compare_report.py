@@ -31,6 +31,7 @@ def model_result(successes: dict[str, list[int]], seconds: float = 10.0, **extra
     benchmarks = {
         name: {
             "pass@1": sum(counts) / (K * len(counts)),
+            "k": K,
             "problem_ids": [f"{name}/{i}" for i in range(len(counts))],
             "successes": [counts],
         }
