@@ -21,6 +21,7 @@ from algorithms.core.weights import (
     admitted_weights,
     compatibility_scores,
     compatibility_weights,
+    floor_weights,
     normalised_loglik,
     random_admission,
 )
@@ -33,6 +34,7 @@ __all__ = [
     "compatibility_scores",
     "compatibility_weights",
     "exchange_candidates",
+    "floor_weights",
     "group_advantages",
     "normalised_loglik",
     "order_minibatches",

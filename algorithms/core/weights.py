@@ -86,7 +86,11 @@ def compatibility_weights(
     every response is kept (`admitted_by_floor`, `admitted_weights`), even one whose
     s underflows to 0.0.
     """
-    scores = compatibility_scores(receiver_mean_logp, source_mean_logp)
+    return floor_weights(compatibility_scores(receiver_mean_logp, source_mean_logp), delta)
+
+
+def floor_weights(scores: ArrayLike, delta: float) -> np.ndarray:
+    """Eq.8 from scores already computed: w = 1[s > δ] · min(s, 1) (`compatibility_weights`)."""
     return np.where(admitted_by_floor(scores, delta), admitted_weights(scores), 0.0)
 
 

@@ -31,8 +31,8 @@ import numpy as np
 from algorithms.core import (
     admitted_by_floor,
     compatibility_scores,
-    compatibility_weights,
     exchange_candidates,
+    floor_weights,
     group_advantages,
     normalised_loglik,
     random_admission,
@@ -169,13 +169,12 @@ class GraftExchange(ExchangeStrategy):
         group_scored = [scored[j * n : (j + 1) * n] for j in range(len(items))]
         logliks = np.array(
             [self._logliks(rollouts[s], p, group_scored[j]) for j, (s, p) in enumerate(items)]
-        ).reshape(len(items), 2, n)
-        receiver_ll, source_ll = logliks[:, 0], logliks[:, 1]
+        ).reshape(len(items), 2, n)  # [G, 2, n]; without the reshape no items would give [0]
+        scores = compatibility_scores(logliks[:, 0], logliks[:, 1])
         rewards = np.array([rollouts[source].rewards[p] for source, p in items]).reshape(-1, n)
         weights = np.zeros((len(items), n))
         for unit in self._admission_units(items):
-            weights[unit] = self._weights(receiver_ll[unit], source_ll[unit], rewards[unit], rng)
-        scores = compatibility_scores(receiver_ll, source_ll)
+            weights[unit] = self._weights(scores[unit], rewards[unit], rng)
         groups = []
         for j, (source, p) in enumerate(items):
             removed_failures = np.count_nonzero(rewards[j] <= 0) if self.config.success_only else 0
@@ -212,22 +211,18 @@ class GraftExchange(ExchangeStrategy):
         return np.array(receiver_ll), np.array(source_ll)
 
     def _weights(
-        self,
-        receiver_ll: np.ndarray,
-        source_ll: np.ndarray,
-        rewards: np.ndarray,
-        rng: np.random.Generator,
+        self, scores: np.ndarray, rewards: np.ndarray, rng: np.random.Generator
     ) -> np.ndarray:
-        """Weights w [G, n] of the G groups of one admission unit (`_admission_units`)."""
+        """Weights w [G, n] of the G groups of one admission unit (`_admission_units`),
+        from their compatibility scores s [G, n]."""
         cfg = self.config
         if not cfg.compat:
             weights = np.ones(rewards.shape)
         elif cfg.admission == "random":
-            scores = compatibility_scores(receiver_ll, source_ll)
             count = int(np.count_nonzero(admitted_by_floor(scores, cfg.delta)))
             weights = random_admission(scores, count, rng)
         else:
-            weights = compatibility_weights(receiver_ll, source_ll, cfg.delta)
+            weights = floor_weights(scores, cfg.delta)
         if cfg.success_only:
             weights = np.where(rewards > 0, weights, 0.0)
         return weights
