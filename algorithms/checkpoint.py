@@ -14,7 +14,6 @@ one; an intact one whose strategy state does not fit the run is refused
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -24,6 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from algorithms.digests import file_record, mismatch
 from algorithms.exchange import ExchangeStrategy
 from graft_env.policies import Policy
 
@@ -37,17 +37,9 @@ class CheckpointError(ValueError):
 _NAME = re.compile(r"^step_(\d{6,})$")
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _manifest(directory: Path) -> dict[str, dict[str, Any]]:
     return {
-        str(path.relative_to(directory)): {"size": path.stat().st_size, "sha256": _sha256(path)}
+        str(path.relative_to(directory)): file_record(path)
         for path in sorted(directory.rglob("*"))
         if path.is_file() and path.name != "MANIFEST.json"
     }
@@ -104,10 +96,9 @@ def verify_checkpoint(path: Path) -> str | None:
         file = path / relative
         if not file.is_file():
             return f"{relative} is missing"
-        if file.stat().st_size != entry["size"]:
-            return f"{relative} has {file.stat().st_size} bytes, manifest says {entry['size']}"
-        if _sha256(file) != entry["sha256"]:
-            return f"{relative} does not match its SHA-256 in the manifest"
+        problem = mismatch(file, entry)
+        if problem:
+            return f"{relative} {problem}"
     return None
 
 
