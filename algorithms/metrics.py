@@ -4,7 +4,8 @@
 when the `tensorboard` package is importable, mirrors every number to TensorBoard
 event files under ``tensorboard/`` (and to wandb when the run config asks for it,
 see `algorithms.wandb_sink`). On resume the JSONL is cut back to the steps
-before the checkpoint, so a resumed run's log equals an uninterrupted one's.
+before the checkpoint, so a resumed run's log equals an uninterrupted one's; a torn
+last line (the run was killed while appending it) is dropped with a warning.
 """
 
 from __future__ import annotations
@@ -23,6 +24,49 @@ from algorithms.types import AgentRollouts
 from algorithms.wandb_sink import WandbSink
 
 log = logging.getLogger(__name__)
+
+
+class MetricsError(ValueError):
+    """A line of metrics.jsonl other than the last is not a metrics row."""
+
+
+def _row(line: str) -> dict[str, Any] | None:
+    """The metrics row a line holds, or None if it holds none."""
+    try:
+        row = json.loads(line)
+    except ValueError:
+        return None
+    ok = isinstance(row, dict) and isinstance(row.get("step"), int) and "agent" in row
+    return row if ok else None
+
+
+def read_rows(path: Path) -> list[tuple[str, dict[str, Any]]]:
+    """Each line of a metrics log with its row. A torn last line (unterminated, or not a
+    row: a kill during the append, which can only be of a step after the last checkpoint)
+    is dropped with a warning; a damaged line before it is a `MetricsError`."""
+    # Damaged bytes decode to U+FFFD, which no JSON row holds outside a string.
+    lines = path.read_bytes().decode("utf-8", errors="replace").split("\n")
+    terminated = lines[-1] == ""
+    if terminated:
+        lines.pop()
+    out = []
+    for number, line in enumerate(lines, 1):
+        row = _row(line)
+        if number == len(lines) and (row is None or not terminated):
+            log.warning(
+                "%s: dropped its torn last line %d (%s; the run was killed while writing it)",
+                path,
+                number,
+                "not a metrics row" if row is None else "no newline",
+            )
+            break
+        if row is None:
+            raise MetricsError(
+                f"{path}:{number}: not a JSON metrics row, and not the last line (a torn "
+                "append could only be the last): repair or remove that line"
+            )
+        out.append((line, row))
+    return out
 
 
 def rollout_metrics(rollouts: AgentRollouts, status_counts: Mapping[str, int]) -> dict[str, float]:
@@ -119,9 +163,7 @@ class MetricsLog:
         """Drop rows of steps >= `step` (resuming from a checkpoint taken before them)."""
         if not self.path.exists():
             return
-        kept = [
-            line for line in self.path.read_text().splitlines() if json.loads(line)["step"] < step
-        ]
+        kept = [line for line, row in read_rows(self.path) if row["step"] < step]
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text("".join(line + "\n" for line in kept))
         os.replace(tmp, self.path)
@@ -142,7 +184,7 @@ class MetricsLog:
     def rows(self) -> list[dict[str, Any]]:
         if not self.path.exists():
             return []
-        return [json.loads(line) for line in self.path.read_text().splitlines()]
+        return [row for _, row in read_rows(self.path)]
 
     def close(self) -> None:
         if self._tb is not None:
