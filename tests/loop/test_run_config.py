@@ -4,7 +4,13 @@ from pathlib import Path
 
 import pytest
 
-from algorithms.run_config import ConfigError, config_from_dict, load_config
+from algorithms.run_config import (
+    ConfigError,
+    config_from_dict,
+    load_config,
+    parse_yaml,
+    schema_lines,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 BASE = {"agents": [{"name": "a", "model": "tiny-a"}, {"name": "b", "model": "tiny-b"}]}
@@ -35,10 +41,95 @@ def test_overrides_reach_nested_fields_and_parse_values():
 
 
 def test_unknown_keys_are_named_with_the_valid_ones():
-    with pytest.raises(ConfigError, match=r"env: unknown key\(s\) \['batchsize'\]; valid keys"):
+    with pytest.raises(ConfigError, match=r"^env\.batchsize: unknown key; valid: batch_size, "):
         config_from_dict({**BASE, "env": {"batchsize": 4}})
-    with pytest.raises(ConfigError, match=r"unknown key\(s\) \['stepz'\]"):
+    with pytest.raises(ConfigError, match=r"^stepz: unknown key; valid: agents, algorithm, "):
         config_from_dict(BASE, ["stepz=3"])
+    unknown_option = r"^agents\.0\.options\.lrr: unknown option; valid: .*\blr\b"
+    with pytest.raises(ConfigError, match=unknown_option):
+        config_from_dict(BASE, ["agents.0.options.lrr=1e-5"])
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("steps=ten", "steps: 'ten' is not an integer"),
+        ("env.batch_size=abc", "env.batch_size: 'abc' is not an integer"),
+        ("env.batch_size=2.5", "env.batch_size: 2.5 is not an integer"),
+        ("env.batch_size=true", "env.batch_size: True is not an integer"),
+        ("seed=-1", "seed: -1 must be >= 0"),
+        ("sampling.top_p=1.5", "sampling.top_p: 1.5 must be <= 1"),
+        ("sampling.temperature=hot", "sampling.temperature: 'hot' is not a number"),
+        ("agents.0.options.lr=-1", "agents.0.options.lr: -1 must be >= 0"),
+        ("agents.1.options.lr=fast", "agents.1.options.lr: 'fast' is not a number"),
+        ("backend=slurm", "backend: 'slurm' is not one of 'local', 'ray'"),
+        ("progress=maybe", "progress: 'maybe' is not true or false"),
+        ("agents.0.name=7", "agents.0.name: 7 is not a string"),
+        ("eval.k=many", "eval.k: 'many' is not an integer"),
+        ("env.dataset=math5000", "env.dataset: unknown dataset 'math5000'; valid: "),
+        ("algorithm=grpoo", "algorithm: unknown algorithm 'grpoo'"),
+        ("algorithm_options.dleta=0.5", r"algorithm_options: unknown option\(s\) \['dleta'\]"),
+    ],
+)
+def test_every_bad_value_is_one_line_naming_its_full_key(override, message):
+    with pytest.raises(ConfigError, match="^" + message) as caught:
+        config_from_dict(BASE, [override])
+    assert "\n" not in str(caught.value)
+
+
+def test_a_config_that_is_not_a_mapping_says_so():
+    with pytest.raises(ConfigError, match=r"^config: expected a mapping, got list"):
+        config_from_dict([BASE])
+    with pytest.raises(ConfigError, match=r"^agents: expected a list, got str"):
+        config_from_dict({"agents": "tiny-a"})
+    with pytest.raises(ConfigError, match=r"^agents\.0\.model: missing \(required\)"):
+        config_from_dict({"agents": [{"name": "a"}]})
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("steps: 3\nenv: {batch_size: 4\n", r"run\.yaml:3:1: YAML syntax error: "),
+        ("steps: 3\nenv:\n\tbatch_size: 4\n", r"run\.yaml:3:1: YAML syntax error: .*tab"),
+        ("- steps: 3\n", r"run\.yaml: expected a mapping at the top level, got a list"),
+    ],
+)
+def test_broken_yaml_names_the_file_and_line(tmp_path, text, message):
+    path = tmp_path / "run.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message) as caught:
+        load_config(path)
+    assert "<unicode string>" not in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_broken_override_value_names_the_key():
+    with pytest.raises(ConfigError, match=r"^--set env\.batch_size: YAML syntax error"):
+        config_from_dict(BASE, ["env.batch_size=[4"])
+
+
+def test_a_directory_is_not_a_config_file(tmp_path):
+    with pytest.raises(ConfigError, match=r"is a directory, not a YAML file"):
+        load_config(tmp_path)
+
+
+def test_the_schema_lists_every_key_with_its_type_default_and_help():
+    lines = schema_lines()
+    text = "\n".join(lines)
+    for key in ("agents.N.name", "env.batch_size", "sampling.top_p", "seed", "threads", "eval.k"):
+        assert any(line.split()[0] == key for line in lines), key
+    batch = next(line for line in lines if line.split()[0] == "env.batch_size")
+    assert "int >= 1" in batch and "default 8" in batch and "prompts per step" in batch
+    assert "agents.N.options" in text and "algorithm_options" in text
+
+
+def test_shipped_configs_keep_their_plain_data():
+    """A run directory compares its saved config with the new one on resume: validation must
+    not change a value's type (an int lr read as 1.0 is equal, a tuple/list swap is not)."""
+    for path in sorted((REPO / "configs").glob("*.yaml")):
+        data = parse_yaml(path.read_text())
+        plain = load_config(path).to_dict()
+        for key, value in data.items():
+            assert plain[key] == value or isinstance(value, dict), (path, key)
 
 
 def test_bad_values_name_the_field():
@@ -59,7 +150,7 @@ def test_half_precision_weights_at_a_vanishing_lr_are_refused_before_loading():
         config_from_dict(BASE, ["agents.1.options.dtype=bfloat16"])
     config_from_dict(BASE, ["agents.1.options.dtype=bfloat16", "agents.1.options.lr=1e-4"])
     config_from_dict(BASE, ["agents.1.options.autocast=bfloat16"])
-    with pytest.raises(ConfigError, match=r"agents\.0\.options\.lr must be a number"):
+    with pytest.raises(ConfigError, match=r"agents\.0\.options\.lr: 'fast' is not a number"):
         config_from_dict(BASE, ["agents.0.options.dtype=float16", "agents.0.options.lr=fast"])
 
 
@@ -73,9 +164,18 @@ def test_round_trip_through_plain_data():
     assert config_from_dict(config.to_dict()) == config
 
 
-@pytest.mark.parametrize("value", ["0", "-1", "two", "1.5", "true"])
-def test_threads_must_be_a_whole_number_of_at_least_one(value):
-    with pytest.raises(ConfigError, match=r"^invalid value for threads: .* \(an integer >= 1"):
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("0", "0 must be >= 1"),
+        ("-1", "-1 must be >= 1"),
+        ("two", "'two' is not an integer"),
+        ("1.5", "1.5 is not an integer"),
+        ("true", "True is not an integer"),
+    ],
+)
+def test_threads_must_be_a_whole_number_of_at_least_one(value, message):
+    with pytest.raises(ConfigError, match=rf"^threads: {message}"):
         config_from_dict(BASE, [f"threads={value}"])
 
 
