@@ -24,7 +24,7 @@ import json
 import os
 import re
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
@@ -217,15 +217,21 @@ def _adapter(cls: type) -> TypeAdapter:
     return TypeAdapter(cls)
 
 
-def validate_as(cls: type[T], data: Any, error: type[ValueError] = ConfigError) -> T:
-    """`data` as schema dataclass `cls`, every type and range checked; raises `error` with
-    one `key.path: what is wrong` part per mistake (`describe_error`), on one line."""
+def validate_as(
+    cls: type[T], data: Any, error: type[ValueError] = ConfigError, where: str = ""
+) -> T:
+    """`data` (found at key `where`) as schema dataclass `cls`, every type and range checked;
+    raises `error` with one `key.path: what is wrong` part per mistake, on one line."""
     try:
         return _adapter(cls).validate_python(data)
     except ValidationError as invalid:
-        raise error(
-            "; ".join(describe_error(e, _valid_keys(cls, e["loc"])) for e in invalid.errors())
-        ) from None
+        prefix = tuple(where.split(".")) if where else ()
+        parts = [
+            describe_error({**e, "loc": (*prefix, *e["loc"])}, _valid_keys(cls, e["loc"]))
+            for e in invalid.errors()
+            if not _after_item_errors(e)
+        ]
+        raise error("; ".join(parts)) from None
 
 
 def _validated(data: Any) -> TrainConfig:
@@ -318,6 +324,14 @@ def _check_fields(cls: type, values: Mapping[str, Any], where: str, prefix: str)
         raise ConfigError(describe_error({**first, "loc": (*where.split("."), *loc)})) from None
 
 
+def _after_item_errors(error: Mapping[str, Any]) -> bool:
+    """pydantic's "too short after validation" for a list whose items failed: those items'
+    own errors say what is wrong."""
+    value, ctx = error.get("input"), error.get("ctx") or {}
+    given = len(value) if isinstance(value, list | tuple) else None
+    return error["type"] == "too_short" and given is not None and given >= ctx["min_length"]
+
+
 _TYPE_WORDS = {
     "int": "an integer",
     "float": "a number",
@@ -342,11 +356,16 @@ def describe_error(error: Mapping[str, Any], valid_keys: Sequence[str] = ()) -> 
     if base in bounds:
         op = bounds[base] + ("=" if kind.endswith("_equal") else "")
         limit = next(iter(ctx.values()))
-        return f"{where}: {value!r} must be {op} {limit}"
+        return f"{where}: {value!r} must be {op} {limit:g}"
     if kind == "literal_error":
         return f"{where}: {value!r} is not one of {ctx['expected'].replace(' or ', ', ')}"
     if kind in ("dataclass_type", "dict_type", "mapping_type", "model_type"):
         return f"{where}: expected a mapping, got {type(value).__name__}"
+    if kind in ("too_short", "too_long"):
+        size = len(value) if isinstance(value, list | tuple) else "?"
+        wanted = ctx.get("min_length") if kind == "too_short" else ctx.get("max_length")
+        word = "at least" if kind == "too_short" else "at most"
+        return f"{where}: expected {word} {wanted} item(s), got {size}: {value!r}"
     if kind in ("tuple_type", "list_type"):
         return f"{where}: expected a list, got {type(value).__name__}"
     if kind == "value_error":
@@ -454,33 +473,27 @@ RESUMABLE_CHANGES = frozenset(
 )
 
 
-def _leaves(value: Any, prefix: str = "") -> dict[str, Any]:
-    """Dotted key -> value of every leaf of plain YAML data (`agents.0.options.lr`)."""
-    items = value.items() if isinstance(value, dict) else enumerate(value)
-    out: dict[str, Any] = {}
-    for key, item in items:
-        path = f"{prefix}{key}"
-        if isinstance(item, dict | list) and item:
-            out.update(_leaves(item, f"{path}."))
-        else:
-            out[path] = item
-    return out
+_UNSET = object()
+
+
+def _differences(theirs: Any, ours: Any, path: str) -> Iterator[str]:
+    if isinstance(theirs, dict) and isinstance(ours, dict):
+        for key in sorted(theirs.keys() | ours.keys(), key=str):
+            yield from _differences(theirs.get(key, _UNSET), ours.get(key, _UNSET), f"{path}{key}.")
+    elif isinstance(theirs, list) and isinstance(ours, list):
+        for i in range(max(len(theirs), len(ours))):
+            pair = (v[i] if i < len(v) else _UNSET for v in (theirs, ours))
+            yield from _differences(*pair, f"{path}{i}.")
+    elif theirs != ours:
+        shown = ("(unset)" if v is _UNSET else repr(v) for v in (theirs, ours))
+        yield f"{path[:-1]}: {' -> '.join(shown)}"
 
 
 def result_differences(theirs: Mapping[str, Any], ours: Mapping[str, Any]) -> list[str]:
-    """`key: theirs -> ours` for each leaf setting that changes results and differs between
-    two `TrainConfig.to_dict()` forms (a setting one side lacks shows as `(unset)`)."""
+    """`dotted.key: theirs -> ours` for each setting that changes results and differs
+    between two `TrainConfig.to_dict()` forms (`(unset)`: that side lacks it)."""
     a, b = ({k: v for k, v in d.items() if k not in RESUMABLE_CHANGES} for d in (theirs, ours))
-    a, b = _leaves(dict(a)), _leaves(dict(b))
-
-    def shown(values: Mapping[str, Any], key: str) -> str:
-        return repr(values[key]) if key in values else "(unset)"
-
-    return [
-        f"{key}: {shown(a, key)} -> {shown(b, key)}"
-        for key in sorted(a.keys() | b.keys())
-        if (key in a, a.get(key)) != (key in b, b.get(key))
-    ]
+    return list(_differences(a, b, ""))
 
 
 def apply_override(data: dict[str, Any], assignment: str) -> None:

@@ -14,7 +14,9 @@ A grid is one YAML file (see configs/grids/compare_tiny.yaml for a commented exa
     eval: {sets: [procedural/addition, math500], procedural: {difficulty: 1}, limit: 32, k: 4}
     periodic_eval: {every: 4, limit: 8}   # learning curves and the best checkpoint
 
-Parsing checks every field and names it in the error (`algorithms.1.options: ...`), so a
+The file's schema is `GridFile` (its types, ranges and help on the fields, checked by
+pydantic as run configs are, printed by `graft config show --grid`): every error is one line
+naming the full key (`eval.k: 0 must be >= 1`, `algorithms.1: unknown option(s) ...`), so a
 typo fails in a second rather than after an hour of training. Agent options of a model
 come from the base config's agent with the same model, overridden by the pair's `options`,
 so the study follows the base config's learning rate without repeating it.
@@ -25,12 +27,24 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, ConfigDict, Field, Strict
 
 import algorithms
-from algorithms.run_config import apply_override, parse_yaml
+from algorithms.run_config import (
+    ConfigError,
+    Count,
+    Flag,
+    Positive,
+    Share,
+    Text,
+    apply_override,
+    read_yaml_mapping,
+    validate_as,
+)
 from graft_env.data import available as available_datasets
 from graft_env.data.procedural import SKILLS
 
@@ -39,6 +53,56 @@ CHECKPOINTS = ("best", "final")
 
 class GridError(ValueError):
     """A grid file is invalid; the message names the field."""
+
+
+def _models_only(value: Any) -> Any:
+    """A pair written as its bare model list, `[tiny-a, tiny-b]`, as the mapping form."""
+    return {"models": value} if isinstance(value, list | tuple) else value
+
+
+# The grid file's schema: types, ranges and help once, on the fields (checked by pydantic,
+# printed by `graft config show --grid`); what types cannot say is checked in grid_from_dict.
+NonEmpty = Field(min_length=1)
+Temperature = Annotated[float, Strict(), Field(gt=0, le=100)]
+
+
+@dataclass(frozen=True)
+class AlgorithmItem:
+    """One `algorithms:` entry as written."""
+
+    name: Text = field(metadata={"help": "registry name (algorithms.make)"})
+    label: Text | None = field(default=None, metadata={"help": "display label (null: the name)"})
+    options: Mapping[str, Any] = field(
+        default_factory=dict, metadata={"help": "AlgorithmConfig overrides over the base's"}
+    )
+    stored_peer_from: Text | None = field(
+        default=None, metadata={"help": "graft-stored: the label whose runs it replays"}
+    )
+
+
+@dataclass(frozen=True)
+class PairItem:
+    """One `pairs:` entry as written (or just its `models` list)."""
+
+    models: Annotated[tuple[Text, ...], Field(min_length=2, max_length=2)] = field(
+        metadata={"help": "two model names or paths"}
+    )
+    options: Mapping[str, Mapping[str, Any]] = field(
+        default_factory=dict, metadata={"help": "per-model agent options over the base's"}
+    )
+    own_skills: Mapping[str, tuple[Text, ...]] = field(
+        default_factory=dict, metadata={"help": "per-model skills (tiny pair: from its build)"}
+    )
+
+
+@dataclass(frozen=True)
+class ProceduralOptions:
+    """Options of the `procedural/<skill>` evaluation sets."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid")  # validated on its own: say so here
+
+    difficulty: Positive | None = field(default=None, metadata={"help": "procedural level"})
+    seed: Count | None = field(default=None, metadata={"help": "generator seed"})
 
 
 @dataclass(frozen=True)
@@ -73,26 +137,61 @@ class PairSpec:
 class EvalPlan:
     """The final evaluation (GRAFT-SPEC §10 protocol, smaller on CPU) of every updated model."""
 
-    sets: tuple[str, ...]
-    procedural: Mapping[str, Any]
-    limit: int | None
-    k: int
-    temperature: float
-    top_p: float
-    max_new_tokens: int
-    repeats: int
-    seed: int
-    batch_size: int
-    checkpoint: str
+    sets: Annotated[tuple[Text, ...], NonEmpty] = field(
+        metadata={"help": "dataset names, or procedural/<skill> (its test split)"}
+    )
+    procedural: Mapping[str, Any] = field(
+        default_factory=dict, metadata={"help": "ProceduralOptions: difficulty, seed"}
+    )
+    limit: Positive | None = field(
+        default=None, metadata={"help": "first N problems per set (null: all)"}
+    )
+    k: Positive = field(default=8, metadata={"help": "samples per problem"})
+    temperature: Temperature = 0.6
+    top_p: Share = 0.95
+    max_new_tokens: Positive = 512
+    repeats: Positive = field(default=1, metadata={"help": "whole-protocol repeats"})
+    seed: Count = 0
+    batch_size: Positive = field(default=32, metadata={"help": "problems per generate call"})
+    checkpoint: Literal["best", "final"] = field(
+        default="final", metadata={"help": "'best' needs periodic_eval (it picks the best)"}
+    )
 
 
 @dataclass(frozen=True)
 class PeriodicPlan:
     """Evaluation during training every `every` steps, on the first `limit` problems."""
 
-    every: int
-    limit: int | None
-    k: int
+    every: Count = field(metadata={"help": "steps between evaluations (0: none)"})
+    limit: Positive | None = field(default=None, metadata={"help": "default: eval.limit"})
+    k: Positive | None = field(default=None, metadata={"help": "default: eval.k"})
+
+
+@dataclass(frozen=True)
+class GridFile:
+    """A grid file as written (after `extends`); `grid_from_dict` resolves it to a GridSpec."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid")  # pydantic's setting, not a field
+
+    base: Any = field(metadata={"help": "run config path (relative to the file) or mapping"})
+    algorithms: Annotated[tuple[AlgorithmItem, ...], NonEmpty]
+    pairs: Annotated[tuple[Annotated[PairItem, BeforeValidator(_models_only)], ...], NonEmpty]
+    seeds: Annotated[tuple[Count, ...], NonEmpty]
+    eval: EvalPlan
+    name: Text | None = field(default=None, metadata={"help": "default: the file's stem"})
+    train: Mapping[str, Any] = field(
+        default_factory=dict, metadata={"help": "deep-merged over the base run config"}
+    )
+    baseline: Text | None = field(
+        default=None, metadata={"help": "the label others compare with (default: the first)"}
+    )
+    include_base: Flag = field(default=True, metadata={"help": "evaluate the untrained models"})
+    periodic_eval: PeriodicPlan | None = field(
+        default=None, metadata={"help": "learning curves and the best checkpoint"}
+    )
+    threads: Positive | None = field(
+        default=None, metadata={"help": "torch threads (null: $OMP_NUM_THREADS, else 1)"}
+    )
 
 
 @dataclass(frozen=True)
@@ -135,39 +234,6 @@ def deep_merge(base: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str,
     return merged
 
 
-def _mapping(
-    value: Any, where: str, allowed: Sequence[str] | None = None, required: Sequence[str] = ()
-) -> Mapping[str, Any]:
-    """`value` checked to be a mapping with only `allowed` keys (None: any) and `required` ones."""
-    if not isinstance(value, Mapping):
-        raise GridError(f"{where}: expected a mapping, got {type(value).__name__}")
-    unknown = [] if allowed is None else sorted(set(value) - set(allowed))
-    if unknown:
-        raise GridError(f"{where}: unknown key(s) {unknown}; valid keys: {sorted(allowed)}")
-    missing = [key for key in required if key not in value]
-    if missing:
-        raise GridError(f"{where}: missing required key(s) {missing}")
-    return value
-
-
-def _int(value: Any, where: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise GridError(f"{where}: expected an integer >= {minimum}, got {value!r}")
-    return value
-
-
-def _number(value: Any, where: str, low: float, high: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not low < value <= high:
-        raise GridError(f"{where}: expected a number in ({low}, {high}], got {value!r}")
-    return float(value)
-
-
-def _list(value: Any, where: str) -> list:
-    if isinstance(value, str) or not isinstance(value, Sequence) or not value:
-        raise GridError(f"{where}: expected a non-empty list, got {value!r}")
-    return list(value)
-
-
 def _base(value: Any, directory: Path) -> dict[str, Any]:
     """The base run config as plain data, from a path (relative to the grid file) or inline."""
     if isinstance(value, Mapping):
@@ -175,33 +241,32 @@ def _base(value: Any, directory: Path) -> dict[str, Any]:
     if not isinstance(value, str):
         raise GridError(f"base: expected a run config path or mapping, got {value!r}")
     path = Path(value) if Path(value).is_absolute() else directory / value
-    if not path.is_file():
-        raise GridError(f"base: run config {path} does not exist")
-    data = parse_yaml(path.read_text()) or {}
-    if not isinstance(data, Mapping):
-        raise GridError(f"base: {path} does not hold a mapping")
-    return dict(data)
+    try:
+        return read_yaml_mapping(path, "run config")
+    except ConfigError as error:
+        raise GridError(f"base: {error}") from None
 
 
-def _algorithms(value: Any, base_options: Mapping[str, Any]) -> tuple[AlgorithmEntry, ...]:
+def _algorithms(
+    items: Sequence[AlgorithmItem], base_options: Mapping[str, Any]
+) -> tuple[AlgorithmEntry, ...]:
     entries = []
-    for index, item in enumerate(_list(value, "algorithms")):
+    for index, item in enumerate(items):
         where = f"algorithms.{index}"
-        item = _mapping(item, where, ("name", "label", "options", "stored_peer_from"), ("name",))
-        name, options = item["name"], item.get("options") or {}
-        _mapping(options, f"{where}.options")
         try:
-            config = algorithms.make(name, **{**base_options, **options}).config
+            config = algorithms.make(item.name, **{**base_options, **item.options}).config
         except (TypeError, ValueError) as error:
             raise GridError(f"{where}: {error}") from None
-        if config.stored and not item.get("stored_peer_from"):
-            raise GridError(f"{where}: {name!r} replays a stored peer; set stored_peer_from")
-        if item.get("stored_peer_from") and not config.stored:
-            raise GridError(f"{where}.stored_peer_from: {name!r} does not replay a stored peer")
+        if config.stored and not item.stored_peer_from:
+            raise GridError(f"{where}: {item.name!r} replays a stored peer; set stored_peer_from")
+        if item.stored_peer_from and not config.stored:
+            raise GridError(
+                f"{where}.stored_peer_from: {item.name!r} does not replay a stored peer"
+            )
         single = config.exchange == "none" or config.stored
-        label = str(item.get("label") or name)
+        label = item.label or item.name
         entries.append(
-            AlgorithmEntry(name, label, dict(options), item.get("stored_peer_from"), single)
+            AlgorithmEntry(item.name, label, dict(item.options), item.stored_peer_from, single)
         )
     labels = [entry.label for entry in entries]
     for index, entry in enumerate(entries):
@@ -225,117 +290,86 @@ def default_own_skills(model: str) -> tuple[str, ...] | None:
     return specs.get(model)
 
 
-def _pairs(value: Any) -> tuple[PairSpec, ...]:
+def _pairs(items: Sequence[PairItem]) -> tuple[PairSpec, ...]:
     pairs = []
-    for index, item in enumerate(_list(value, "pairs")):
+    for index, item in enumerate(items):
         where = f"pairs.{index}"
-        if not isinstance(item, Mapping):
-            item = {"models": item}
-        item = _mapping(item, where, ("models", "options", "own_skills"), ("models",))
-        models = _list(item["models"], f"{where}.models")
-        if len(models) != 2 or not all(isinstance(m, str) and m for m in models):
-            raise GridError(f"{where}.models: expected two model names, got {models!r}")
+        models = item.models
+        if not all(models):
+            raise GridError(f"{where}.models: expected two model names, got {list(models)!r}")
         if agent_name(models[0]) == agent_name(models[1]):
             raise GridError(f"{where}.models: both models are named {agent_name(models[0])!r}")
-        options = _mapping(item.get("options") or {}, f"{where}.options", models)
-        skills = _mapping(item.get("own_skills") or {}, f"{where}.own_skills", models)
+        for key, given in (("options", item.options), ("own_skills", item.own_skills)):
+            unknown = sorted(set(given) - set(models))
+            if unknown:
+                raise GridError(
+                    f"{where}.{key}: unknown key(s) {unknown}; valid keys: {sorted(models)}"
+                )
         own = {}
         for model in models:
-            given = skills.get(model)
+            given = item.own_skills.get(model)
             chosen = default_own_skills(model) if given is None else tuple(given)
             unknown = sorted(set(chosen or ()) - set(SKILLS))
             if unknown:
                 raise GridError(f"{where}.own_skills.{model}: unknown skills {unknown}")
             if chosen:
                 own[agent_name(model)] = tuple(chosen)
-        pairs.append(PairSpec((models[0], models[1]), dict(options), own))
+        pairs.append(PairSpec((models[0], models[1]), dict(item.options), own))
     return tuple(pairs)
 
 
-def _eval(value: Any) -> EvalPlan:
-    keys = ("sets", "procedural", "limit", "k", "temperature", "top_p", "max_new_tokens")
-    keys += ("repeats", "seed", "batch_size", "checkpoint")
-    value = _mapping(value, "eval", keys, ("sets",))
-    sets = _list(value["sets"], "eval.sets")
+def _check_eval(plan: EvalPlan) -> None:
     known = available_datasets()
-    for index, name in enumerate(sets):
-        skill = name.split("/", 1)[1] if str(name).startswith("procedural/") else None
+    for index, name in enumerate(plan.sets):
+        skill = name.split("/", 1)[1] if name.startswith("procedural/") else None
         if (skill is None and name not in known) or (skill is not None and skill not in SKILLS):
             raise GridError(
                 f"eval.sets.{index}: unknown set {name!r}; use a dataset {known} or "
                 f"procedural/<skill> with a skill in {list(SKILLS)}"
             )
-    if len(set(sets)) != len(sets):
-        raise GridError(f"eval.sets: a set is named twice in {sets}")
-    limit = value.get("limit")
-    checkpoint = value.get("checkpoint", "final")
-    if checkpoint not in CHECKPOINTS:
-        raise GridError(f"eval.checkpoint: expected one of {list(CHECKPOINTS)}, got {checkpoint!r}")
-    return EvalPlan(
-        sets=tuple(sets),
-        procedural=dict(
-            _mapping(value.get("procedural") or {}, "eval.procedural", ("difficulty", "seed"))
-        ),
-        limit=None if limit is None else _int(limit, "eval.limit", 1),
-        k=_int(value.get("k", 8), "eval.k", 1),
-        temperature=_number(value.get("temperature", 0.6), "eval.temperature", 0.0, 100.0),
-        top_p=_number(value.get("top_p", 0.95), "eval.top_p", 0.0, 1.0),
-        max_new_tokens=_int(value.get("max_new_tokens", 512), "eval.max_new_tokens", 1),
-        repeats=_int(value.get("repeats", 1), "eval.repeats", 1),
-        seed=_int(value.get("seed", 0), "eval.seed", 0),
-        batch_size=_int(value.get("batch_size", 32), "eval.batch_size", 1),
-        checkpoint=checkpoint,
-    )
+    if len(set(plan.sets)) != len(plan.sets):
+        raise GridError(f"eval.sets: a set is named twice in {list(plan.sets)}")
+    validate_as(ProceduralOptions, plan.procedural, GridError, "eval.procedural")
 
 
-def _periodic(value: Any, plan: EvalPlan) -> PeriodicPlan | None:
-    if value is None:
+def _periodic(given: Mapping[str, Any], plan: EvalPlan) -> PeriodicPlan | None:
+    """The periodic plan with `limit` and `k` taken from `eval` where not given (an explicit
+    `limit: null` evaluates every problem)."""
+    if not given["every"]:
         return None
-    value = _mapping(value, "periodic_eval", ("every", "limit", "k"), ("every",))
-    every = _int(value["every"], "periodic_eval.every", 0)
-    limit = value.get("limit", plan.limit)
-    limit = None if limit is None else _int(limit, "periodic_eval.limit", 1)
-    return (
-        PeriodicPlan(every, limit, _int(value.get("k", plan.k), "periodic_eval.k", 1))
-        if every
-        else None
-    )
+    limit = given.get("limit", plan.limit)
+    return PeriodicPlan(given["every"], limit, given.get("k") or plan.k)
 
 
 def grid_from_dict(data: Any, directory: Path = Path("."), name: str = "grid") -> GridSpec:
     """Validate plain grid data; relative `base` paths resolve against `directory`."""
-    keys = ("name", "base", "train", "algorithms", "pairs", "seeds", "baseline")
-    keys += ("include_base", "eval", "periodic_eval", "threads")
-    data = _mapping(data, "grid", keys, ("base", "algorithms", "pairs", "seeds", "eval"))
-    base = deep_merge(_base(data["base"], directory), _mapping(data.get("train") or {}, "train"))
-    base_options = _mapping(base.get("algorithm_options") or {}, "base.algorithm_options")
-    entries = _algorithms(data["algorithms"], base_options)
-    seeds = [_int(seed, f"seeds.{i}", 0) for i, seed in enumerate(_list(data["seeds"], "seeds"))]
-    if len(set(seeds)) != len(seeds):
-        raise GridError(f"seeds: a seed is listed twice in {seeds}")
+    raw = validate_as(GridFile, data, GridError)
+    base = deep_merge(_base(raw.base, directory), raw.train)
+    base_options = base.get("algorithm_options") or {}
+    if not isinstance(base_options, Mapping):
+        raise GridError(f"base.algorithm_options: expected a mapping, got {base_options!r}")
+    entries = _algorithms(raw.algorithms, base_options)
+    if len(set(raw.seeds)) != len(raw.seeds):
+        raise GridError(f"seeds: a seed is listed twice in {list(raw.seeds)}")
     labels = [entry.label for entry in entries]
-    baseline = data.get("baseline", labels[0])
+    baseline = labels[0] if raw.baseline is None else raw.baseline
     if baseline not in labels:
         raise GridError(f"baseline: {baseline!r} is not an algorithm label; labels: {labels}")
-    include_base = data.get("include_base", True)
-    if not isinstance(include_base, bool):
-        raise GridError(f"include_base: expected true or false, got {include_base!r}")
-    plan = _eval(data["eval"])
-    periodic = _periodic(data.get("periodic_eval"), plan)
-    if plan.checkpoint == "best" and periodic is None:
+    _check_eval(raw.eval)
+    periodic = None if raw.periodic_eval is None else _periodic(data["periodic_eval"], raw.eval)
+    if raw.eval.checkpoint == "best" and periodic is None:
         raise GridError("eval.checkpoint: 'best' needs periodic_eval.every > 0 to pick a best")
-    threads = data.get("threads")
     return GridSpec(
-        name=str(data.get("name") or name),
+        name=raw.name or name,
         base=base,
         algorithms=entries,
-        pairs=_pairs(data["pairs"]),
-        seeds=tuple(seeds),
+        pairs=_pairs(raw.pairs),
+        seeds=raw.seeds,
         baseline=baseline,
-        include_base=include_base,
-        eval=plan,
+        include_base=raw.include_base,
+        eval=raw.eval,
         periodic=periodic,
-        threads=None if threads is None else _int(threads, "threads", 1),
+        threads=raw.threads,
     )
 
 
@@ -347,11 +381,10 @@ def _grid_data(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     """
     if path.resolve() in seen:
         raise GridError(f"{path}: 'extends' loops back to itself")
-    if not path.is_file():
-        raise GridError(f"grid file {path} does not exist")
-    data = parse_yaml(path.read_text()) or {}
-    if not isinstance(data, dict):
-        raise GridError(f"{path}: expected a mapping at the top level")
+    try:
+        data = read_yaml_mapping(path, "grid file")
+    except ConfigError as error:
+        raise GridError(str(error)) from None
     if isinstance(data.get("base"), str):
         data["base"] = str((path.parent / data["base"]).resolve())
     parent = data.pop("extends", None)
@@ -367,9 +400,9 @@ def load_grid(path: str | Path, overrides: Sequence[str] = ()) -> GridSpec:
     (as `--set`), validate."""
     path = Path(path)
     data = _grid_data(path)
-    for assignment in overrides:
-        apply_override(data, assignment)
     try:
+        for assignment in overrides:
+            apply_override(data, assignment)
         return grid_from_dict(data, path.parent, path.stem)
     except GridError as error:
         raise GridError(f"{path}: {error}") from None

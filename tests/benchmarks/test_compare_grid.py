@@ -54,19 +54,30 @@ def changed(path: str, value) -> dict:
         ("algorithms.1.label", "GRPO n=4", r"algorithms\.1\.label: 'GRPO n=4' is used twice"),
         ("algorithms.2.stored_peer_from", None, r"algorithms\.2: 'graft-stored' replays"),
         ("algorithms.2.stored_peer_from", "stored", r"algorithms\.2\.stored_peer_from: 'stored'"),
-        ("pairs.0.models", ["tiny-a"], r"pairs\.0\.models: expected two model names"),
+        ("pairs.0.models", ["tiny-a"], r"pairs\.0\.models: expected at least 2 item\(s\), got 1"),
         ("pairs.0.options", {"tiny-c": {}}, r"pairs\.0\.options: unknown key\(s\) \['tiny-c'\]"),
         ("seeds", [0, 0], r"seeds: a seed is listed twice"),
-        ("seeds", [-1], r"seeds\.0: expected an integer >= 0"),
+        ("seeds", [-1], r"^seeds\.0: -1 must be >= 0$"),
         ("eval.sets", ["procedural/algebra"], r"eval\.sets\.0: unknown set 'procedural/algebra'"),
         ("eval.sets", ["math5000"], r"eval\.sets\.0: unknown set 'math5000'"),
-        ("eval.k", 0, r"eval\.k: expected an integer >= 1, got 0"),
-        ("eval.top_p", 1.5, r"eval\.top_p: expected a number in"),
+        ("eval.k", 0, r"^eval\.k: 0 must be >= 1$"),
+        ("eval.top_p", 1.5, r"^eval\.top_p: 1\.5 must be <= 1$"),
         ("eval.checkpoint", "best", r"eval\.checkpoint: 'best' needs periodic_eval"),
-        ("eval.procedural", {"level": 1}, r"eval\.procedural: unknown key\(s\) \['level'\]"),
+        (
+            "eval.procedural",
+            {"level": 1},
+            r"^eval\.procedural\.level: unknown key; valid: difficulty, seed$",
+        ),
         ("baseline", "GRPO n=16", r"baseline: 'GRPO n=16' is not an algorithm label"),
         ("base", "missing.yaml", r"base: run config .*missing\.yaml does not exist"),
-        ("seed", 3, r"grid: unknown key\(s\) \['seed'\]"),
+        ("seed", 3, r"^seed: unknown key; valid: algorithms, base, baseline, eval, "),
+        ("eval.limit", 2.5, r"^eval\.limit: 2\.5 is not an integer$"),
+        ("eval.k", "ten", r"^eval\.k: 'ten' is not an integer$"),
+        ("include_base", "yes", r"^include_base: 'yes' is not true or false$"),
+        ("algorithms", [], r"^algorithms: expected at least 1 item\(s\), got 0"),
+        ("algorithms.0.options", [1], r"^algorithms\.0\.options: expected a mapping, got list"),
+        ("eval.checkpoint", "last", r"^eval\.checkpoint: 'last' is not one of 'best', 'final'"),
+        ("threads", 0, r"^threads: 0 must be >= 1$"),
     ],
 )
 def test_invalid_grids_name_the_field(path, value, message):
@@ -133,8 +144,30 @@ def test_grid_files_extend_and_take_overrides(tmp_path):
     assert grid.name == "child" and grid.seeds == (5,) and grid.base["steps"] == 3
     assert grid.eval.k == 3 and grid.periodic.k == 3 and grid.periodic.limit == 4
     assert [entry.label for entry in grid.algorithms] == ["GRPO n=4", "GRAFT", "stored"]
-    with pytest.raises(GridError, match=r"child\.yaml: seeds\.0: expected an integer"):
+    with pytest.raises(GridError, match=r"child\.yaml: seeds\.0: 'x' is not an integer$"):
         load_grid(sub / "child.yaml", ["seeds=[x]"])
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("seeds: [0\nbase: x\n", r"grid\.yaml:2:5: YAML syntax error: .*flow sequence"),
+        ("seeds:\n\t- 0\n", r"grid\.yaml:2:1: YAML syntax error: .*tabs"),
+        ("- seeds: [0]\n", r"grid\.yaml: expected a mapping at the top level, got a list"),
+    ],
+)
+def test_a_broken_grid_file_is_one_line_naming_file_and_line(tmp_path, text, message):
+    (tmp_path / "grid.yaml").write_text(text)
+    with pytest.raises(GridError, match=message) as caught:
+        load_grid(tmp_path / "grid.yaml")
+    assert "\n" not in str(caught.value)
+    with pytest.raises(GridError, match=r"is a directory, not a YAML file"):
+        load_grid(tmp_path)
+
+
+def test_a_pair_can_be_its_bare_model_list():
+    grid = grid_from_dict(changed("pairs", [["tiny-a", "tiny-b"]]))
+    assert grid.pairs[0].models == ("tiny-a", "tiny-b")
 
 
 @pytest.mark.parametrize("name", ["compare_tiny.yaml", "compare_tiny_full.yaml"])

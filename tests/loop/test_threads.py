@@ -93,7 +93,7 @@ def test_a_bad_threads_setting_is_one_line_before_any_model_loads(tmp_path, caps
     config = _config_file(tmp_path, "run")
     assert cli.main(["train", "--config", str(config), "--set", "threads=0"]) == 2
     error = capsys.readouterr().err
-    assert error.count("\n") == 1 and "invalid value for threads: 0" in error, error
+    assert error.count("\n") == 1 and "threads: 0 must be >= 1" in error, error
     assert not (tmp_path / "run").exists()
 
 
