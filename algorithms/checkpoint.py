@@ -81,6 +81,11 @@ def _checkpoints(root: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
+def has_checkpoints(root: str | os.PathLike) -> bool:
+    """Whether `root` holds a checkpoint, intact or not (a partial `.tmp` save is none)."""
+    return bool(_checkpoints(Path(root)))
+
+
 def verify_checkpoint(path: Path) -> str | None:
     """None if the checkpoint is complete and intact, else what is wrong with it."""
     manifest_path = path / "MANIFEST.json"

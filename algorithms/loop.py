@@ -18,6 +18,7 @@ window), so a run resumed from a checkpoint reproduces an uninterrupted one.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import contextmanager
@@ -25,12 +26,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import torch
 import yaml
 
 import algorithms
 from algorithms.algorithm import Algorithm
 from algorithms.checkpoint import (
     exchange_state,
+    has_checkpoints,
     latest_checkpoint,
     restore_exchange_state,
     save_checkpoint,
@@ -44,7 +47,8 @@ from algorithms.rollout import (
     sampling_seed,
     step_rng,
 )
-from algorithms.run_config import ConfigError, TrainConfig, parse_yaml
+from algorithms.run_config import ConfigError, TrainConfig, parse_yaml, result_differences
+from algorithms.run_dir import create_run_dir, holds_steps, set_aside
 from algorithms.store import StoreError, TrajectoryStore
 from algorithms.types import AgentRollouts, ScoredText, Scorer, TrainBatch, TransferredGroup
 from algorithms.wandb_sink import WandbSink
@@ -179,24 +183,27 @@ class Trainer:
             )
 
     def open(self, resume: bool = True) -> None:
-        """Prepare the run directory; resume from its newest intact checkpoint if any."""
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        config_path = self.run_dir / "config.yaml"
+        """Prepare the run directory; resume from its newest intact checkpoint if any.
+
+        A directory whose checkpoints are all unusable restarts from step 0, its earlier
+        files set aside (`algorithms.run_dir.set_aside`), never deleted."""
+        create_run_dir(self.run_dir)
         ours = self.config.to_dict()
-        if config_path.exists():
-            theirs = parse_yaml(config_path.read_text())
-            if theirs != ours:
-                raise ConfigError(
-                    f"{self.run_dir} holds a run with a different config; "
-                    f"choose another run_dir or remove it"
-                )
-        else:
-            config_path.write_text(yaml.safe_dump(ours, sort_keys=False))
-        if self.store is not None:
-            self.store.write_meta(self._stream_meta())
-        sink = WandbSink(self.config.wandb, self.run_dir, ours) if self.config.wandb else None
-        self.metrics = MetricsLog(self.run_dir, tensorboard=self.config.tensorboard, wandb=sink)
-        found = latest_checkpoint(self.run_dir / "checkpoints") if resume else None
+        self._check_config(ours)
+        config_path = self.run_dir / "config.yaml"
+        tmp = config_path.with_name(".config.yaml.tmp")
+        tmp.write_text(yaml.safe_dump(ours, sort_keys=False))
+        os.replace(tmp, config_path)  # the latest settings (steps, run_dir) of this run
+        checkpoints = self.run_dir / "checkpoints"
+        found = latest_checkpoint(checkpoints) if resume else None
+        if found is None and resume and has_checkpoints(checkpoints):
+            kept = set_aside(self.run_dir, keep=frozenset({config_path.name}))
+            log.warning(
+                "%s: no checkpoint is usable (see above), so the run restarts from step 0; "
+                "the earlier attempt's files are kept in %s",
+                self.run_dir,
+                kept,
+            )
         if found is not None:
             path, state = found
             restore_exchange_state(self.algorithm.strategy, state, path)
@@ -204,7 +211,43 @@ class Trainer:
                 policy.load(path / name)
             self.step = int(state["step"])
             log.info("resumed %s from %s (step %d)", self.run_dir, path, self.step)
+            if state.get("threads", torch.get_num_threads()) != torch.get_num_threads():
+                log.warning(
+                    "checkpoint %s was written with %d torch thread(s) and this run resumes "
+                    "with %d: it continues, but other thread counts change results in the "
+                    "last bits, so it will not be bit-identical to an uninterrupted run",
+                    path,
+                    state["threads"],
+                    torch.get_num_threads(),
+                )
+        if self.store is not None:
+            self.store.verify(before_step=self.step)  # the steps this run keeps
+            self.store.write_meta(self._stream_meta())
+        sink = WandbSink(self.config.wandb, self.run_dir, ours) if self.config.wandb else None
+        self.metrics = MetricsLog(self.run_dir, tensorboard=self.config.tensorboard, wandb=sink)
         self.metrics.truncate_to(self.step)
+
+    def _check_config(self, ours: dict) -> None:
+        """Refuse a run directory whose steps were computed with other settings that change
+        results, naming each; settings that do not (`RESUMABLE_CHANGES`) may differ, and a
+        directory whose earlier attempt recorded no step takes any config."""
+        path = self.run_dir / "config.yaml"
+        if not path.exists():
+            return
+        differences = result_differences(parse_yaml(path.read_text()), ours)
+        if not differences:
+            return
+        if holds_steps(self.run_dir):
+            raise ConfigError(
+                f"{self.run_dir} holds a run whose settings differ in what changes results "
+                f"(its value -> this config's): {'; '.join(differences)}; use its values to "
+                "resume it, or choose another run_dir"
+            )
+        log.info(
+            "%s: its earlier attempt recorded no step; starting over with this config (%s)",
+            self.run_dir,
+            "; ".join(differences),
+        )
 
     # --- one step --------------------------------------------------------------
     def run_step(self) -> StepRecord:
@@ -412,6 +455,7 @@ class Trainer:
                             "step": self.step,
                             "algorithm": self.algorithm.name,
                             "exchange": exchange_state(self.algorithm.strategy),
+                            "threads": torch.get_num_threads(),  # checked on resume
                         },
                         keep=self.config.keep_checkpoints,
                     )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import shutil
 from pathlib import Path
 
 from algorithms.run_config import load_config
@@ -31,20 +30,29 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         metavar="KEY=VALUE",
         help="override a config field, e.g. --set steps=5 --set algorithm=grpo",
     )
-    train.add_argument("--fresh", action="store_true", help="delete the run directory first")
+    train.add_argument(
+        "--fresh",
+        action="store_true",
+        help="delete the run directory first (only one a graft run created, and only once "
+        "the whole config is valid)",
+    )
     train.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from algorithms.loop import Trainer
+    from algorithms.run_dir import check_fresh, remove_fresh
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     config = load_config(args.config, args.overrides)
     threads = resolve_threads(config.threads)
     if args.fresh:
-        shutil.rmtree(config.run_dir, ignore_errors=True)
+        check_fresh(Path(config.run_dir))  # a refusal comes before any model loads
     with torch_threads(threads):  # before the models load: they are the first to compute
-        rows = Trainer(config).train()
+        trainer = Trainer(config)  # the last checks of the config: policies, data, algorithm
+        if args.fresh:
+            remove_fresh(Path(config.run_dir))
+        rows = trainer.train()
     last = {row["agent"]: row for row in rows if row["step"] == config.steps - 1}
     print(f"\n{config.algorithm}: {config.steps} steps in {config.run_dir} (threads: {threads})")
     for agent, row in last.items():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import torch
@@ -137,7 +138,10 @@ def test_a_different_config_in_the_same_run_dir_is_refused(tmp_path, fresh_polic
     config = small_config(tmp_path / "run", "graft", steps=1)
     Trainer(config, policies=fresh_policies("tiny-a", "tiny-b")).train()
     other = small_config(tmp_path / "run", "grpo", agents=("tiny-a",), steps=1)
-    with pytest.raises(ValueError, match="different config"):
+    with pytest.raises(
+        ValueError,
+        match=r"agents\.1: \{'name': 'tiny-b', .*\} -> \(unset\); algorithm: 'graft' -> 'grpo'",
+    ):
         Trainer(other, policies=fresh_policies("tiny-a")).open()
 
 
@@ -157,3 +161,50 @@ def test_a_checkpoint_whose_strategy_state_does_not_fit_is_refused(tmp_path, fre
         save_checkpoint(tmp_path / "run" / "checkpoints", 1, policies, state)
         with pytest.raises(CheckpointError, match=f"step_000001: .*{message}"):
             Trainer(config, policies=policies).open()
+
+
+def _kill_after_second_step(record):
+    if record.step == 1:
+        raise Killed
+
+
+def test_a_moved_run_resumes(tmp_path, fresh_policies, reference):
+    """run_dir is where a run lives, not what it computes: a copy resumes elsewhere."""
+    with pytest.raises(Killed):
+        Trainer(
+            small_config(tmp_path / "here", "graft", steps=3),
+            policies=fresh_policies("tiny-a", "tiny-b"),
+        ).train(on_step=_kill_after_second_step)
+    shutil.copytree(tmp_path / "here", tmp_path / "there")
+    policies = fresh_policies("tiny-a", "tiny-b")
+    resumed = Trainer(small_config(tmp_path / "there", "graft", steps=3), policies=policies)
+    resumed.open()
+    assert resumed.step == 2
+    assert comparable(resumed.train()) == reference[1]
+    assert_same_weights(reference[0], final_state(policies))
+
+
+def test_a_finished_run_extends_to_more_steps(tmp_path, fresh_policies, reference):
+    """Step t's prompts and seeds depend on t, not on the total: 2 steps, then 3, are 3."""
+    Trainer(
+        small_config(tmp_path / "run", "graft", steps=2),
+        policies=fresh_policies("tiny-a", "tiny-b"),
+    ).train()
+    policies = fresh_policies("tiny-a", "tiny-b")
+    rows = Trainer(small_config(tmp_path / "run", "graft", steps=3), policies=policies).train()
+    assert comparable(rows) == reference[1]
+    assert_same_weights(reference[0], final_state(policies))
+
+
+def test_a_torn_metrics_line_from_a_kill_mid_append_is_dropped(tmp_path, fresh_policies, reference):
+    config = small_config(tmp_path / "run", "graft", steps=3)
+    with pytest.raises(Killed):
+        Trainer(config, policies=fresh_policies("tiny-a", "tiny-b")).train(
+            on_step=_kill_after_second_step
+        )
+    with (tmp_path / "run" / "metrics.jsonl").open("a") as handle:
+        handle.write('{"agent": "tiny-a", "all_fail_share": 0.')
+    policies = fresh_policies("tiny-a", "tiny-b")
+    rows = Trainer(config, policies=policies).train()
+    assert comparable(rows) == reference[1]
+    assert_same_weights(reference[0], final_state(policies))

@@ -1,0 +1,203 @@
+"""Run directories (issue 17): `--fresh` deletes only a run directory and only once the whole
+config is valid; a run whose checkpoints are all unusable keeps its earlier files; a resume
+compares only the settings that change results and names each one that differs; the store
+is checked on resume."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from run_configs import small_config
+
+from algorithms.loop import Trainer
+from algorithms.run_config import ConfigError, result_differences
+from algorithms.run_dir import MARKER
+from graft_env import cli
+
+
+def _config_file(tmp_path: Path, run_dir: Path, **extra) -> Path:
+    path = tmp_path / f"{run_dir.name}.yaml"
+    path.write_text(yaml.safe_dump(small_config(run_dir, "graft", **extra).to_dict()))
+    return path
+
+
+def _files(directory: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(directory)): p.read_bytes() for p in directory.rglob("*") if p.is_file()
+    }
+
+
+def _one_error_line(capsys, models_loaded: bool = False) -> str:
+    """The error line; alone on stderr unless models loaded (transformers' bars precede it)."""
+    err = capsys.readouterr().err
+    last = err.rstrip("\n").split("\n")[-1]
+    assert last.startswith("graft train: error: ") and "Traceback" not in err, err
+    assert models_loaded or err == last + "\n", err
+    return last
+
+
+def test_fresh_refuses_what_is_not_a_run_directory(tmp_path, capsys):
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "ideas.txt").write_text("keep me")
+    a_file = tmp_path / "a_file"
+    a_file.write_text("keep me too")
+    config = _config_file(tmp_path, tmp_path / "run", steps=1)
+    for target, why in ((notes, f"it has no {MARKER}"), (a_file, "it is not a directory")):
+        args = ["train", "--config", str(config), "--fresh", "--set", f"run_dir={target}"]
+        assert cli.main(args) == 2
+        assert f"--fresh will not delete {target}: {why}" in _one_error_line(capsys)
+    assert (notes / "ideas.txt").read_text() == "keep me"
+    assert a_file.read_text() == "keep me too"
+
+
+def test_fresh_deletes_a_run_directory_only_once_the_whole_config_is_valid(
+    tmp_path, capsys, tiny_pair_paths
+):
+    run_dir = tmp_path / "run"
+    config = _config_file(tmp_path, run_dir, steps=1)
+    assert cli.main(["train", "--config", str(config)]) == 0
+    capsys.readouterr()  # the run's own output
+    assert (run_dir / MARKER).is_file()
+    (run_dir / "stale.txt").write_text("from an earlier run")
+    before = _files(run_dir)
+    # A typo that only the algorithm registry catches (it checks its options).
+    typo = ["--set", "algorithm_options.deltaa=0.5"]
+    assert cli.main(["train", "--config", str(config), "--fresh", *typo]) == 2
+    assert "deltaa" in _one_error_line(capsys, models_loaded=True)
+    assert _files(run_dir) == before
+    assert cli.main(["train", "--config", str(config), "--fresh"]) == 0
+    assert not (run_dir / "stale.txt").exists() and (run_dir / MARKER).is_file()
+    rows = (run_dir / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(row)["step"] for row in rows] == [0, 0]
+
+
+def test_a_resume_over_a_damaged_store_is_one_line_naming_file_and_step(
+    tmp_path, capsys, tiny_pair_paths
+):
+    run_dir = tmp_path / "run"
+    assert cli.main(["train", "--config", str(_config_file(tmp_path, run_dir, steps=1))]) == 0
+    capsys.readouterr()
+    stored = run_dir / "trajectories" / "step_000000" / "tiny-a.parquet"
+    data = bytearray(stored.read_bytes())
+    data[len(data) // 2] ^= 4
+    stored.write_bytes(bytes(data))
+    assert cli.main(["train", "--config", str(_config_file(tmp_path, run_dir, steps=2))]) == 2
+    error = _one_error_line(capsys, models_loaded=True)
+    assert f"{stored} (step 0) does not match its SHA-256" in error
+
+
+def test_when_every_checkpoint_is_unusable_the_earlier_files_are_kept(
+    tmp_path, fresh_policies, caplog
+):
+    run_dir = tmp_path / "run"
+    config = small_config(run_dir, "graft", steps=2)
+    Trainer(config, policies=fresh_policies("tiny-a", "tiny-b")).train()
+    metrics = (run_dir / "metrics.jsonl").read_text()
+    for checkpoint in (run_dir / "checkpoints").glob("step_*"):
+        (checkpoint / "MANIFEST.json").unlink()
+    trainer = Trainer(config, policies=fresh_policies("tiny-a", "tiny-b"))
+    with caplog.at_level(logging.WARNING, logger="algorithms.loop"):
+        trainer.open()
+    assert trainer.step == 0
+    [kept] = run_dir.glob("earlier-*")
+    [warning] = [r.getMessage() for r in caplog.records if "restarts" in r.getMessage()]
+    assert "no checkpoint is usable" in warning and "restarts from step 0" in warning
+    assert str(kept) in warning and "\n" not in warning
+    assert (kept / "metrics.jsonl").read_text() == metrics
+    assert sorted(p.name for p in (kept / "checkpoints").iterdir()) == [
+        "step_000001",
+        "step_000002",
+    ]
+    assert (kept / "trajectories" / "step_000001" / "tiny-b.parquet").is_file()
+    assert not (run_dir / "metrics.jsonl").exists()
+
+
+def test_a_resume_names_every_setting_that_differs_with_both_values(tmp_path, fresh_policies):
+    run_dir = tmp_path / "run"
+    Trainer(
+        small_config(run_dir, "graft", steps=1), policies=fresh_policies("tiny-a", "tiny-b")
+    ).train()
+    other = small_config(run_dir, "graft", steps=1, seed=3, sampling={"max_new_tokens": 32})
+    with pytest.raises(ConfigError) as caught:
+        Trainer(other, policies=fresh_policies("tiny-a", "tiny-b")).open()
+    message = str(caught.value)
+    assert "seed: 0 -> 3" in message and "sampling.max_new_tokens: 64 -> 32" in message
+    assert "\n" not in message and str(run_dir) in message
+
+
+def test_a_first_attempt_that_stopped_before_step_0_does_not_block_its_directory(
+    tmp_path, fresh_policies
+):
+    run_dir = tmp_path / "run"
+    Trainer(
+        small_config(run_dir, "graft", steps=1), policies=fresh_policies("tiny-a", "tiny-b")
+    ).open()
+    fixed = small_config(run_dir, "grpo", agents=("tiny-a",), steps=1)
+    trainer = Trainer(fixed, policies=fresh_policies("tiny-a"))
+    trainer.open()
+    assert trainer.step == 0
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["algorithm"] == "grpo"
+
+
+def test_a_resume_with_another_thread_count_warns_that_it_is_not_exact(
+    tmp_path, fresh_policies, caplog
+):
+    run_dir = tmp_path / "run"
+    Trainer(
+        small_config(run_dir, "graft", steps=1), policies=fresh_policies("tiny-a", "tiny-b")
+    ).train()
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        trainer = Trainer(
+            small_config(run_dir, "graft", steps=2), policies=fresh_policies("tiny-a", "tiny-b")
+        )
+        with caplog.at_level(logging.WARNING, logger="algorithms.loop"):
+            trainer.open()
+    finally:
+        torch.set_num_threads(before)
+    assert trainer.step == 1
+    [warning] = [r.getMessage() for r in caplog.records if "torch thread" in r.getMessage()]
+    assert "written with 1 torch thread" in warning and "resumes with 2" in warning
+
+
+# Settings a resume may change: where the run lives, how far it goes, how it checkpoints
+# and reports, Ray placement, threads (warned about instead).
+FREE = ("run_dir", "steps", "checkpoint_every", "keep_checkpoints", "progress", "tensorboard")
+BASE = small_config(Path("runs/x"), "graft").to_dict()
+
+
+@settings(deadline=None)  # the 2 shared cores stall a call now and then
+@given(
+    st.dictionaries(
+        st.sampled_from(FREE), st.one_of(st.integers(1, 9), st.booleans(), st.text(max_size=5))
+    )
+)
+def test_settings_that_do_not_change_results_may_differ(changes):
+    assert result_differences(BASE, {**BASE, **changes}) == []
+
+
+@settings(deadline=None)  # the 2 shared cores stall a call now and then
+@given(
+    st.sampled_from(
+        ["seed", "algorithm", "env.batch_size", "agents.1.options.lr", "sampling.top_p"]
+    ),
+    st.integers(100, 200),
+)
+def test_every_setting_that_changes_results_is_named_with_both_values(key, value):
+    ours = json.loads(json.dumps(BASE))
+    node = ours
+    *parents, last = key.split(".")
+    for part in parents:
+        node = node[int(part)] if part.isdigit() else node[part]
+    before = repr(node[last]) if last in node else "(unset)"
+    node[last] = value
+    assert result_differences(BASE, ours) == [f"{key}: {before} -> {value!r}"]
