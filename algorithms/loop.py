@@ -190,10 +190,11 @@ class Trainer:
         create_run_dir(self.run_dir)
         ours = self.config.to_dict()
         self._check_config(ours)
-        config_path = self.run_dir / "config.yaml"
-        tmp = config_path.with_name(".config.yaml.tmp")
-        tmp.write_text(yaml.safe_dump(ours, sort_keys=False))
-        os.replace(tmp, config_path)  # the latest settings (steps, run_dir) of this run
+        config_path, text = self.run_dir / "config.yaml", yaml.safe_dump(ours, sort_keys=False)
+        if not config_path.is_file() or config_path.read_text() != text:
+            tmp = config_path.with_name(".config.yaml.tmp")
+            tmp.write_text(text)
+            os.replace(tmp, config_path)  # this run's settings (steps, run_dir may change)
         checkpoints = self.run_dir / "checkpoints"
         found = latest_checkpoint(checkpoints) if resume else None
         if found is None and resume and has_checkpoints(checkpoints):

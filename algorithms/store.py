@@ -89,7 +89,10 @@ def record_digest(path: Path) -> None:
         records = {}
     if not isinstance(records, dict):
         records = {}
-    records[path.name] = file_record(path)
+    record = file_record(path)
+    if records.get(path.name) == record:
+        return  # rewritten unchanged (the stream's description on each resume)
+    records[path.name] = record
     _atomic_write_bytes(manifest, json.dumps(records, indent=2, sort_keys=True).encode())
 
 
