@@ -173,3 +173,29 @@ def test_the_reserved_kv_cache_stores_the_autocast_dtype():
     torch.testing.assert_close(reserved.keys, layer.keys.to(torch.bfloat16))
     plain = _ReservedLayer(layer, extra=5)  # no autocast: each as given
     assert (plain.keys.dtype, plain.values.dtype) == (torch.float32, torch.bfloat16)
+
+
+def test_the_kv_buffer_doubles_as_it_fills_instead_of_reserving_every_position():
+    """Decoding is bound by reading the cache: a buffer sized for max_new_tokens up front
+    made attention and every row drop touch ~4x the positions in use (the study's
+    evaluation stops after <= 34 of 128 tokens). Contents are those of concatenation."""
+    layer = DynamicLayer()
+    keys, values = torch.randn(3, 2, 5, 4), torch.randn(3, 2, 5, 4)
+    layer.update(keys, values)
+    reserved = _ReservedLayer(layer, extra=1000)
+    steps = [(torch.randn(3, 2, 1, 4), torch.randn(3, 2, 1, 4)) for _ in range(12)]
+    for step_keys, step_values in steps:
+        reserved.update(step_keys, step_values)
+    expected_keys = torch.cat([keys, *(k for k, _ in steps)], dim=2)
+    expected_values = torch.cat([values, *(v for _, v in steps)], dim=2)
+    assert torch.equal(reserved.keys, expected_keys)
+    assert torch.equal(reserved.values, expected_values)
+    used_bytes = expected_keys.numel() * expected_keys.element_size()
+    assert reserved.keys.untyped_storage().nbytes() <= 2 * used_bytes
+    reserved.batch_select_indices(torch.tensor([2, 0]))
+    assert torch.equal(reserved.keys, expected_keys[[2, 0]])
+    assert torch.equal(reserved.values, expected_values[[2, 0]])
+    assert reserved.keys.untyped_storage().nbytes() <= 2 * used_bytes * 2 // 3
+    reserved.update(torch.randn(2, 2, 988, 4), torch.randn(2, 2, 988, 4))  # exactly the limit
+    with pytest.raises(RuntimeError, match="reserved 1005 positions, 1006 needed"):
+        reserved.update(torch.randn(2, 2, 1, 4), torch.randn(2, 2, 1, 4))
