@@ -407,7 +407,7 @@ def schema_lines(cls: type = TrainConfig, prefix: str = "") -> list[str]:
     for f in dataclasses.fields(cls):
         hint = hints[f.name]
         nested = _dataclass_in(hint)
-        if nested is not None and typing.get_origin(hint) is tuple:
+        if nested is not None and typing.get_origin(_unannotated(hint)) is tuple:
             lines += schema_lines(nested, f"{prefix}{f.name}.N.")
             continue
         if nested is not None and f.default is dataclasses.MISSING:
@@ -424,6 +424,10 @@ def schema_lines(cls: type = TrainConfig, prefix: str = "") -> list[str]:
         if nested is not None:  # an optional section: its fields too
             lines += schema_lines(nested, f"{prefix}{f.name}.")
     return lines
+
+
+def _unannotated(hint: Any) -> Any:
+    return typing.get_args(hint)[0] if typing.get_origin(hint) is Annotated else hint
 
 
 def _type_name(hint: Any) -> str:
@@ -447,7 +451,8 @@ def _type_name(hint: Any) -> str:
     if typing.get_origin(hint) in (Mapping, dict):
         return "mapping"
     if typing.get_origin(hint) in (tuple, Sequence, list):
-        return "list"
+        items = [a for a in typing.get_args(hint) if a is not Ellipsis]
+        return f"list of {_type_name(items[0])}" if len(set(items)) == 1 else "list"
     return getattr(hint, "__name__", str(hint))
 
 

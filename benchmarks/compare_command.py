@@ -12,7 +12,7 @@ import argparse
 import logging
 from pathlib import Path
 
-DEFAULT_GRID = Path(__file__).resolve().parents[1] / "configs" / "compare_tiny.yaml"
+DEFAULT_GRID = Path(__file__).resolve().parents[1] / "configs" / "grids" / "compare_tiny.yaml"
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:

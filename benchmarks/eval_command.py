@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -33,17 +34,22 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         default=",".join(PAPER_BENCHMARKS),
         help=f"comma-separated dataset names (default: {','.join(PAPER_BENCHMARKS)})",
     )
-    parser.add_argument("--k", type=int, default=8, help="samples per problem (default: 8)")
+    parser.add_argument("--k", type=at_least(1), default=8, help="samples per problem (default: 8)")
     parser.add_argument("--temperature", type=float, default=0.6, help="default: 0.6")
     parser.add_argument("--top-p", type=float, default=0.95, help="default: 0.95")
-    parser.add_argument("--max-new-tokens", type=int, default=4096, help="default: 4096")
-    parser.add_argument("--repeats", type=int, default=1, help="whole-protocol repeats")
-    parser.add_argument("--limit", type=int, default=None, help="first N problems of each set")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the first repeat")
+    parser.add_argument("--max-new-tokens", type=at_least(1), default=4096, help="default: 4096")
+    parser.add_argument("--repeats", type=at_least(1), default=1, help="whole-protocol repeats")
+    parser.add_argument(
+        "--limit", type=at_least(1), default=None, help="first N problems of each set"
+    )
+    parser.add_argument("--seed", type=at_least(0), default=0, help="seed of the first repeat")
     parser.add_argument("--data-dir", default=None, help="default: $GRAFT_DATA_DIR")
     parser.add_argument("--out", default=None, help="default: runs/eval/<model name>")
     parser.add_argument(
-        "--batch-size", type=int, default=32, help="problems per generate call (default: 32)"
+        "--batch-size",
+        type=at_least(1),
+        default=32,
+        help="problems per generate call (default: 32)",
     )
     parser.add_argument(
         "--option",
@@ -57,11 +63,30 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
+def at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: a whole number >= `minimum` (argparse names the option)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value} must be >= {minimum}")
+        return value
+
+    return parse
+
+
 def parse_datasets(text: str) -> list[str]:
-    """Comma-separated names; an empty name (",," or a trailing comma) is an error."""
+    """Comma-separated names; an empty name (",," or a trailing comma) or a repeated one
+    is an error."""
     names = [name.strip() for name in text.split(",")]
     if not all(names):
         raise ValueError(f"--datasets has an empty name in {text!r}")
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise ValueError(f"--datasets names {repeated} more than once")
     return names
 
 
@@ -83,22 +108,26 @@ def write_outputs(result: EvalResult, out_dir: Path) -> list[Path]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from algorithms.run_config import apply_override
+    from algorithms.run_config import apply_override, check_policy_options
+    from graft_env.data import load
     from graft_env.policies import load_policy
 
     datasets = parse_datasets(args.datasets)
     options: dict[str, object] = {}
     for assignment in args.options:
         apply_override(options, assignment)
+    check_policy_options(options, "--option")
+    # every set read before the model loads: a typo or a missing file fails in a second
+    sets = {name: load(name, data_dir=args.data_dir) for name in datasets}
     out_dir = Path(args.out) if args.out else default_out_dir(args.model)
     out_dir.mkdir(parents=True, exist_ok=True)  # fail before hours of sampling, not after
     try:
         policy = load_policy(args.model, **options)
-    except TypeError as error:  # unknown --option names
+    except TypeError as error:  # options that do not fit together (vllm_* without vllm)
         raise ValueError(f"--option: {error}") from error
     result = evaluate(
         policy,
-        datasets,
+        sets,
         k=args.k,
         temperature=args.temperature,
         top_p=args.top_p,

@@ -1,25 +1,50 @@
 """The `graft` command line: one entry point, one subcommand per job.
 
 Subcommands stay thin: each parses its options and calls a library function, so
-everything the CLI does is also reachable from Python.
+everything the CLI does is also reachable from Python. A command's module is imported
+only when that command runs (`graft --help` and `graft data` never load torch), and every
+error a user can cause is one line, `graft <cmd>: error: <what, where, what is valid>`,
+with exit status 2 (130 for Ctrl-C).
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import importlib
+import importlib.util
+import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
-from graft_env import data, threads
+from graft_env import threads
+
+# name -> module with add_parser(commands); imported only when the command is the one given
+COMMAND_MODULES = {
+    "train": "algorithms.train_command",
+    "eval": "benchmarks.eval_command",
+    "compare": "benchmarks.compare_command",
+}
+PROGRESS_BARS_VAR = "HF_HUB_DISABLE_PROGRESS_BARS"  # huggingface_hub's, read by transformers
+# What an interrupted command leaves behind, and how to go on from there.
+RESUME_HINTS = {
+    "train": "rerun the same command to resume from the newest checkpoint in {run_dir}",
+    "compare": "rerun the same command: finished cells are kept, the interrupted one resumes",
+}
 
 
 def _cmd_data_list(args: argparse.Namespace) -> int:
+    from graft_env import data
+
     for name in data.available():
         print(name)
     return 0
 
 
 def _cmd_data_show(args: argparse.Namespace) -> int:
+    from graft_env import data
+
     options = {"size": args.limit} if args.name == "procedural" else {}
     problems = data.load(args.name, split=args.split, data_dir=args.data_dir, **options)
     print(f"{args.name}: {len(problems)} problems")
@@ -28,7 +53,77 @@ def _cmd_data_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _cmd_config_show(args: argparse.Namespace) -> int:
+    print("\n".join(_schema(args.grid)))
+    return 0
+
+
+def _cmd_config_validate(args: argparse.Namespace) -> int:
+    if args.grid:
+        from benchmarks.compare_grid import load_grid
+
+        grid = load_grid(args.file, args.overrides)
+        labels = ", ".join(entry.label for entry in grid.algorithms)
+        print(f"{args.file}: valid grid {grid.name!r} ({labels}; seeds {list(grid.seeds)})")
+        return 0
+    from algorithms.run_config import load_config
+
+    config = load_config(args.file, args.overrides)
+    agents = ", ".join(agent.name for agent in config.agents)
+    print(
+        f"{args.file}: valid ({config.algorithm}, agents {agents}, {config.steps} steps, "
+        f"run_dir {config.run_dir})"
+    )
+    return 0
+
+
+def _schema(grid: bool) -> list[str]:
+    """The run-config (or grid-file) schema lines, aligned in columns."""
+    from algorithms.run_config import schema_lines
+
+    if grid:
+        from benchmarks.compare_grid import GridFile
+
+        lines = schema_lines(GridFile)
+    else:
+        lines = schema_lines()
+    rows = [line.split("  ", 3) for line in lines]
+    widths = [max(len(row[i]) for row in rows if len(row) > i) for i in range(3)]
+    return [
+        "  ".join(cell.ljust(w) for cell, w in zip(row, [*widths, 0], strict=False)).rstrip()
+        for row in rows
+    ]
+
+
+def _summary(module: str) -> str:
+    """A command's one-line help: its module docstring's first line after the colon
+    ("`graft train`: run ..." -> "run ..."), read without importing the module."""
+    package, _, name = module.partition(".")
+    spec = importlib.util.find_spec(package)  # a top-level spec: its package is not imported
+    folder = Path(next(iter(spec.submodule_search_locations or ()))) if spec else None
+    source = (folder / f"{name}.py").read_text() if folder else ""
+    doc = ast.get_docstring(ast.parse(source)) or ""
+    return doc.splitlines()[0].partition(": ")[2].rstrip(".") if doc else ""
+
+
+def _add_config_parser(commands: argparse._SubParsersAction) -> None:
+    config = commands.add_parser("config", help="print the config schema or check a config file")
+    sub = config.add_subparsers(dest="config_command", required=True)
+    show = sub.add_parser("show", help="every run-config key with its type, default and help")
+    show.add_argument("--grid", action="store_true", help="the grid-file schema (graft compare)")
+    show.set_defaults(func=_cmd_config_show)
+    check = sub.add_parser(
+        "validate", help="check a run config (or --grid file) without loading any model"
+    )
+    check.add_argument("file")
+    check.add_argument("--grid", action="store_true", help="FILE is a graft compare grid")
+    check.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    check.set_defaults(func=_cmd_config_validate)
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; `command`'s module is imported for its options, the others only list
+    their one-line help (None: all of them, as `graft --help` shows)."""
     parser = argparse.ArgumentParser(
         prog="graft", description="GRAFT: cross-model trajectory exchange for RLVR."
     )
@@ -40,27 +135,85 @@ def build_parser() -> argparse.ArgumentParser:
     show = data_sub.add_parser("show", help="load a dataset and print a few problems")
     show.add_argument("name")
     show.add_argument("--split", default=None)
-    show.add_argument("--data-dir", default=None, help="default: $GRAFT_DATA_DIR")
+    show.add_argument(
+        "--data-dir", default=None, help="default: $GRAFT_DATA_DIR, else the checkout's data"
+    )
     show.add_argument("--limit", type=int, default=3)
     show.set_defaults(func=_cmd_data_show)
+    _add_config_parser(commands)
 
-    from algorithms import train_command
-    from benchmarks import compare_command, eval_command
-
-    train_command.add_parser(commands)
-    eval_command.add_parser(commands)
-    compare_command.add_parser(commands)
+    for name, module in COMMAND_MODULES.items():
+        if name != command:
+            commands.add_parser(name, help=_summary(module))
+            continue
+        importlib.import_module(module).add_parser(commands)
+    if command == "train":  # `graft train --help` lists the config keys
+        train = commands.choices["train"]
+        train.formatter_class = argparse.RawDescriptionHelpFormatter
+        train.epilog = "config keys (graft config show; --set KEY=VALUE):\n  " + "\n  ".join(
+            _schema(grid=False)
+        )
     return parser
 
 
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The subcommand named in `argv` (the first word that is not an option)."""
+    return next((word for word in argv if not word.startswith("-")), None)
+
+
+def _error_line(command: str, error: BaseException) -> str:
+    """A user-caused error as one line (an OSError names the path it could not use)."""
+    if isinstance(error, OSError) and error.filename is not None:
+        what = f"{error.strerror or error}: {error.filename}"
+    else:
+        what = " ".join(str(error).split()) or type(error).__name__
+    return f"graft {command}: error: {what}"
+
+
+def _interrupted(args: argparse.Namespace) -> str:
+    hint = RESUME_HINTS.get(args.command)
+    if hint is None:
+        return f"graft {args.command}: interrupted"
+    run_dir = "its run_dir"
+    if args.command == "train":
+        from algorithms.run_config import ConfigError, load_config
+
+        try:
+            run_dir = load_config(args.config, args.overrides).run_dir
+        except ConfigError:  # interrupted before the config was read: nothing to resume
+            return f"graft {args.command}: interrupted"
+    return f"graft {args.command}: interrupted; {hint.format(run_dir=run_dir)}"
+
+
+def _quiet_loading_bars() -> None:
+    """No per-model "Loading weights" bars from transformers (two bars of `\r` updates per
+    model on stderr, noise in a log file or before a one-line error), unless the user asks
+    for them (HF_HUB_DISABLE_PROGRESS_BARS=0)."""
+    os.environ.setdefault(PROGRESS_BARS_VAR, "1")
+    if os.environ[PROGRESS_BARS_VAR] == "1" and "transformers" in sys.modules:
+        sys.modules["transformers"].utils.logging.disable_progress_bar()  # read at its import
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    # Before build_parser: the subcommands import torch, whose OpenMP runtime reads these once.
+    # Before any subcommand imports torch, whose OpenMP runtime reads these once.
     threads.process_defaults()
-    args = build_parser().parse_args(argv)
+    _quiet_loading_bars()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(_command_of(argv)).parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (ValueError, FileNotFoundError, KeyError) as error:
-        print(f"graft {args.command}: error: {error}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print(_interrupted(args), file=sys.stderr)
+        return 130
+    except (ValueError, OSError, KeyError) as error:
+        print(_error_line(args.command, error), file=sys.stderr)
+        return 2
+    except Exception as error:
+        from safetensors import SafetensorError  # a full disk while a checkpoint is saved
+
+        if not isinstance(error, SafetensorError):
+            raise
+        print(_error_line(args.command, error), file=sys.stderr)
         return 2
 
 

@@ -1,8 +1,9 @@
 """Where the data directory is, and reading its JSONL files row by row.
 
 The benchmark files are never copied into the project: every run points at a data
-directory (by argument or `$GRAFT_DATA_DIR`). Errors name the file and line so a
-broken or truncated download is found at once, not as a strange score later.
+directory (by argument, `$GRAFT_DATA_DIR`, or the checkout's ../shared/data). Errors name
+the file and line so a broken or truncated download is found at once, not as a strange
+score later.
 """
 
 from __future__ import annotations
@@ -16,23 +17,28 @@ from typing import Any
 from graft_env.data.problem import DatasetError
 
 DATA_DIR_ENV = "GRAFT_DATA_DIR"
+# Where a checkout finds the benchmark files when nothing else is said: ../shared/data next to
+# the project root (read-only, with its own README).
+CHECKOUT_DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "data"
 
 
 def resolve_data_dir(data_dir: str | os.PathLike[str] | None = None) -> Path:
-    """The data directory: `data_dir` if given, else `$GRAFT_DATA_DIR`.
+    """The data directory: `data_dir` if given, else `$GRAFT_DATA_DIR`, else the checkout's
+    `CHECKOUT_DATA_DIR` if it exists. Every command and loader finds the data through here.
 
-    Raises `DatasetError` if neither is set or the directory does not exist.
+    Raises `DatasetError` if none is set or the directory does not exist.
     """
-    if data_dir is None:
-        from_env = os.environ.get(DATA_DIR_ENV, "").strip()
-        if not from_env:
-            raise DatasetError(
-                f"no data directory: pass data_dir=... or set ${DATA_DIR_ENV} "
-                "(in a checkout the benchmark files live in ../shared/data)"
-            )
-        path, origin = Path(from_env), f"${DATA_DIR_ENV}"
-    else:
+    if data_dir is not None:
         path, origin = Path(data_dir), "data_dir"
+    elif os.environ.get(DATA_DIR_ENV, "").strip():
+        path, origin = Path(os.environ[DATA_DIR_ENV].strip()), f"${DATA_DIR_ENV}"
+    elif CHECKOUT_DATA_DIR.is_dir():
+        return CHECKOUT_DATA_DIR
+    else:
+        raise DatasetError(
+            f"no data directory: pass data_dir=... (--data-dir) or set ${DATA_DIR_ENV}; "
+            f"the checkout's default {CHECKOUT_DATA_DIR} does not exist"
+        )
     path = path.expanduser()
     if not path.is_dir():
         raise DatasetError(f"data directory {str(path)!r} (from {origin}) does not exist")

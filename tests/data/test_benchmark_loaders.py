@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from graft_env.data import DatasetError, Problem, available, load, resolve_data_dir
+from graft_env.data import DatasetError, Problem, available, files, load, resolve_data_dir
 
 EXPECTED_ROWS = [
     ("math500", "test", 500),
@@ -150,7 +150,8 @@ def test_rows_without_ids_use_their_index(tmp_path: Path) -> None:
 
 def test_missing_directory_and_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("GRAFT_DATA_DIR", raising=False)
-    with pytest.raises(DatasetError, match=r"pass data_dir=\.\.\. or set \$GRAFT_DATA_DIR"):
+    monkeypatch.setattr(files, "CHECKOUT_DATA_DIR", tmp_path / "no-checkout-data")
+    with pytest.raises(DatasetError, match=r"pass data_dir=\.\.\. \(--data-dir\) or set \$GRAFT"):
         load("math500")
     with pytest.raises(DatasetError, match=r"'.*nowhere' \(from data_dir\) does not exist"):
         load("math500", data_dir=tmp_path / "nowhere")
@@ -160,6 +161,17 @@ def test_missing_directory_and_file(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     with pytest.raises(DatasetError, match=r"dataset file '.*math500/test\.jsonl' not found"):
         load("math500", data_dir=tmp_path)
     assert resolve_data_dir(tmp_path) == tmp_path
+
+
+def test_without_a_setting_every_loader_finds_the_checkout_data(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`graft data show math500` (and every command) looks where the error message said."""
+    monkeypatch.delenv("GRAFT_DATA_DIR", raising=False)
+    _write(tmp_path, "gsm8k/test.jsonl", [_row(question="q", answer="#### 7")])
+    monkeypatch.setattr(files, "CHECKOUT_DATA_DIR", tmp_path)
+    assert resolve_data_dir() == tmp_path
+    assert [p.answer for p in load("gsm8k", "test")] == ["7"]
 
 
 def test_unknown_name_split_option_and_source(data_dir: Path) -> None:

@@ -1,0 +1,192 @@
+"""Every mistake a user can make on the command line is one line, `graft <cmd>: error: ...`,
+with exit status 2, found before any model loads; Ctrl-C says where to resume (exit 130)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from run_configs import small_config
+
+from algorithms import train_command
+from benchmarks import compare_command
+from graft_env import cli
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def no_model_loads(monkeypatch):
+    """Any model load fails the test: validation must come first."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model loaded before the input was checked")
+
+    import algorithms.loop
+    import graft_env.policies
+
+    monkeypatch.setattr(algorithms.loop, "load_policy", refuse)
+    monkeypatch.setattr(graft_env.policies, "load_policy", refuse)
+
+
+def _config_file(tmp_path: Path, text: str | None = None) -> Path:
+    path = tmp_path / "run.yaml"
+    data = small_config(tmp_path / "run", "graft").to_dict()
+    path.write_text(yaml.safe_dump(data) if text is None else text)
+    return path
+
+
+def _one_error_line(capsys, command: str) -> str:
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1, captured.err
+    assert captured.err.startswith(f"graft {command}: error: "), captured.err
+    return captured.err
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["steps=ten"], "steps: 'ten' is not an integer"),
+        (["env.batch_size=abc"], "env.batch_size: 'abc' is not an integer"),
+        (["env.batch_size=2.5"], "env.batch_size: 2.5 is not an integer"),
+        (["agents.0.options.lrr=1e-5"], "agents.0.options.lrr: unknown option; valid: "),
+        (["seed=-1"], "seed: -1 must be >= 0"),
+        (["agents.0.options.lr=-1"], "agents.0.options.lr: -1 must be >= 0"),
+        (["env.dataset=math5000"], "env.dataset: unknown dataset 'math5000'; valid: "),
+        (["algorithm=grpoo"], "algorithm: unknown algorithm 'grpoo'; valid: "),
+        (["env.batch_size=[4"], "--set env.batch_size: YAML syntax error: "),
+    ],
+)
+def test_bad_overrides_are_one_line_before_any_model_loads(
+    overrides, message, tmp_path, capsys, no_model_loads
+):
+    config = _config_file(tmp_path)
+    sets = [word for o in overrides for word in ("--set", o)]
+    assert cli.main(["train", "--config", str(config), *sets]) == 2
+    assert message in _one_error_line(capsys, "train")
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("steps: 3\nenv: {batch_size: 4\n", "run.yaml:3:1: YAML syntax error: "),
+        ("steps: 3\nenv:\n\tbatch_size: 4\n", "(YAML indents with spaces, not tabs)"),
+        ("- steps: 3\n", "run.yaml: expected a mapping at the top level, got a list"),
+    ],
+)
+def test_broken_yaml_is_one_line_naming_file_and_line(
+    text, message, tmp_path, capsys, no_model_loads
+):
+    assert cli.main(["train", "--config", str(_config_file(tmp_path, text))]) == 2
+    error = _one_error_line(capsys, "train")
+    assert message in error and "<unicode string>" not in error
+
+
+def test_a_directory_is_not_a_config(tmp_path, capsys, no_model_loads):
+    assert cli.main(["train", "--config", str(tmp_path)]) == 2
+    assert "is a directory, not a YAML file" in _one_error_line(capsys, "train")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--datasets", "math5000"], "unknown dataset 'math5000'; available datasets: "),
+        (["--datasets", "gsm8k", "--data-dir", "/nowhere"], "'/nowhere' (from data_dir) does"),
+        (["--option", "lrr=1"], "--option.lrr: unknown option; valid: "),
+    ],
+)
+def test_eval_checks_its_sets_and_options_before_the_model_loads(
+    argv, message, tmp_path, capsys, no_model_loads
+):
+    out = ["--out", str(tmp_path / "out")]
+    assert cli.main(["eval", "--model", "tiny-a", *out, *argv]) == 2
+    assert message in _one_error_line(capsys, "eval")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--k", "0"], "argument --k: 0 must be >= 1"),
+        (["--limit", "0"], "argument --limit: 0 must be >= 1"),
+        (["--limit", "ten"], "argument --limit: 'ten' is not an integer"),
+    ],
+)
+def test_eval_numbers_are_checked_by_the_parser(argv, message, capsys, no_model_loads):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["eval", "--model", "tiny-a", *argv])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == f"graft eval: error: {message}"
+
+
+def test_ctrl_c_is_one_line_saying_where_to_resume(tmp_path, capsys, monkeypatch):
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train_command, "run", interrupted)
+    config = _config_file(tmp_path)
+    assert cli.main(["train", "--config", str(config)]) == 130
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert err == (
+        "graft train: interrupted; rerun the same command to resume from the newest "
+        f"checkpoint in {tmp_path / 'run'}\n"
+    )
+
+
+def test_a_run_directory_that_cannot_be_written_is_one_line_naming_it(
+    tmp_path, capsys, tiny_pair_paths
+):
+    """A read-only directory cannot be tested here (root writes anyway); a run_dir under a
+    regular file fails in the same place, with the OS error naming the path."""
+    (tmp_path / "afile").write_text("not a directory")
+    config = _config_file(tmp_path)
+    run_dir = tmp_path / "afile" / "run"
+    assert cli.main(["train", "--config", str(config), "--set", f"run_dir={run_dir}"]) == 2
+    error = _one_error_line(capsys, "train")
+    assert error.endswith(f"{tmp_path / 'afile'}\n") or error.endswith(f"{run_dir}\n"), error
+
+
+def test_config_validate_and_show(tmp_path, capsys):
+    assert cli.main(["config", "validate", str(REPO / "configs" / "tiny_pair_graft.yaml")]) == 0
+    assert "valid (graft, agents tiny-a, tiny-b, 20 steps" in capsys.readouterr().out
+    grid = REPO / "configs" / "grids" / "compare_tiny.yaml"
+    assert cli.main(["config", "validate", "--grid", str(grid)]) == 0
+    assert "valid grid 'compare_tiny'" in capsys.readouterr().out
+    assert cli.main(["config", "validate", str(_config_file(tmp_path)), "--set", "seed=-1"]) == 2
+    assert "seed: -1 must be >= 0" in _one_error_line(capsys, "config")
+    assert cli.main(["config", "show"]) == 0
+    shown = capsys.readouterr().out.splitlines()
+    batch = next(line for line in shown if line.startswith("env.batch_size "))
+    assert "int >= 1" in batch and "default 8" in batch and "prompts per step" in batch
+    assert cli.main(["config", "show", "--grid"]) == 0
+    assert any(line.startswith("eval.k ") for line in capsys.readouterr().out.splitlines())
+
+
+def test_train_help_lists_the_config_keys(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["train", "--help"])
+    out = capsys.readouterr().out
+    assert "config keys" in out and "\n  env.batch_size " in out and "\n  threads " in out
+
+
+def test_the_compare_default_grid_exists():
+    assert Path(compare_command.DEFAULT_GRID).is_file()
+
+
+def test_graft_help_loads_no_torch():
+    """`graft --help` and `graft data list` import no subcommand module (torch takes seconds)."""
+    code = (
+        "import sys\nfrom graft_env import cli\n"
+        "for argv in (['--help'], ['data', '--help']):\n"
+        "    try:\n        cli.main(argv)\n    except SystemExit:\n        pass\n"
+        "cli.main(['data', 'list'])\n"
+        "heavy = sorted(m for m in ('torch', 'transformers') if m in sys.modules)\n"
+        "assert not heavy, heavy\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "procedural" in done.stdout and "compare" in done.stdout
