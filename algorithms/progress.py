@@ -7,8 +7,10 @@ learns and whether the exchange acts.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
+from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 if TYPE_CHECKING:
@@ -32,13 +34,19 @@ class StepProgress:
 
     def __init__(self, total: int, start: int, enabled: bool = True) -> None:
         self.enabled = enabled
+        self._console = Console()
+        # Without a terminal (CI, nohup, a log file) rich draws the bar once, at the end:
+        # print one plain line per step there instead.
+        self._lines = enabled and not self._console.is_terminal
+        self._step, self._total, self._started = start, total, time.monotonic()
         self._progress = Progress(
             TextColumn("[bold]train"),
             BarColumn(),
             MofNCompleteColumn(),
             TimeRemainingColumn(),
             TextColumn("{task.fields[info]}"),
-            disable=not enabled,
+            console=self._console,
+            disable=not enabled or self._lines,
         )
         self._task = self._progress.add_task("train", total=total, completed=start, info="")
 
@@ -50,4 +58,9 @@ class StepProgress:
         self._progress.__exit__(*exc)
 
     def update(self, record: StepRecord) -> None:
+        self._step += 1
+        if self._lines:
+            elapsed = time.monotonic() - self._started
+            line = f"train {self._step}/{self._total} {elapsed:.0f}s  {summary(record)}"
+            self._console.print(line, markup=False, highlight=False, soft_wrap=True)
         self._progress.update(self._task, advance=1, info=summary(record))

@@ -181,7 +181,9 @@ class TrainConfig:
     wandb: WandbSpec | None = field(
         default=None, metadata={"help": "wandb project/mode/...; absent: no wandb"}
     )
-    progress: Flag = field(default=True, metadata={"help": "a progress line per step"})
+    progress: Flag = field(
+        default=True, metadata={"help": "a progress bar (no terminal: one line per step)"}
+    )
     backend: Backend = field(
         default="local",
         metadata={"help": "'local': policies in this process; 'ray': one Ray actor per agent"},
