@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Mapping
@@ -28,6 +29,7 @@ from rich.console import Console
 
 from algorithms.checkpoint import latest_checkpoint
 from algorithms.periodic_eval import eval_sets
+from algorithms.store import TrajectoryStore
 from benchmarks.compare_cells import (
     RESULT_FILE,
     STARTED_FILE,
@@ -65,6 +67,7 @@ def _train_counts(run_dir: Path, agents: tuple[str, ...]) -> dict[str, list[dict
     root = run_dir / "trajectories"
     if not root.is_dir():
         return {agent: [] for agent in agents}
+    TrajectoryStore(run_dir).verify(before_step=sys.maxsize)  # every file against its digest
     table = ds.dataset(root, format="parquet").to_table(
         columns=["agent", "step", "prompt_index", "prompt_id", "reward"]
     )
