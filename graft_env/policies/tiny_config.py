@@ -61,7 +61,7 @@ class WarmStartTargets:
         once its data was back (testbed-a, addition).
     """
 
-    own: float = 0.4
+    own: float = 0.3
     peer: float = 0.1
     check_every: int = 250
     first_check: int = 1000
@@ -239,10 +239,13 @@ def target_problems(config: TinyPairConfig, seed: int) -> list[Problem]:
 TARGET_INDEX_OFFSET = 10**6
 
 # The testbed (issue 16): the paper's regime at laptop scale. Each model partly
-# competent on every skill and stronger on its own: its own skills warm-started to
-# 50 % pass@1, the peer's to 10 % (a quarter of its data is the peer's skills, so
-# the peer's worked solutions are text it knows). The tiny pair's shape and
-# optimiser; the targets, not the step count, decide where the warm start ends.
+# competent on every skill and stronger on its own. The overlap knob is
+# peer_skill_share: a quarter of each model's data is the peer's skills (tiny pair:
+# 5 %), so the peer's worked solutions are text the receiver knows and 54-76 % of
+# transferred responses pass the compatibility floor (tiny pair: 22-28 %). The
+# targets, not the step count, decide where the warm start ends: builds on AVX-512
+# and AVX2 kernels (different weights, stops at 3750 / 3250 steps) agree within 1-4
+# points per skill. The tiny pair's shape and optimiser; 3.5-5.5 min on 2 cores.
 TESTBED = TinyPairConfig(
     models=(
         TinyModelSpec(
