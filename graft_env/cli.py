@@ -201,10 +201,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(_command_of(argv)).parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        status = int(args.func(args) or 0)
+        sys.stdout.flush()  # here, so a closed pipe is handled below and not at exit
+        return status
     except KeyboardInterrupt:
         print(_interrupted(args), file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `graft config show | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
+        return 0
     except (ValueError, OSError, KeyError) as error:
         print(_error_line(args.command, error), file=sys.stderr)
         return 2

@@ -191,3 +191,14 @@ def test_graft_help_loads_no_torch():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "procedural" in done.stdout and "compare" in done.stdout
+
+
+def test_a_closed_pipe_is_not_an_error():
+    """`graft config show --grid | head -1`: the reader stops early; graft says nothing."""
+    code = "from graft_env import cli\nraise SystemExit(cli.main(['config', 'show', '--grid']))"
+    child = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    child.stdout.close()  # before the child writes: its output meets a closed pipe
+    assert child.wait(timeout=60) == 0
+    assert child.stderr.read() == b""
