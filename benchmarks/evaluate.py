@@ -21,7 +21,8 @@ import sys
 import time
 import zlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -64,7 +65,8 @@ class BenchmarkResult:
     """One benchmark's outcome over all repeats.
 
     `successes[r][i]` is how many of the k samples of problem `problem_ids[i]` were correct
-    in repeat r. Counts (statuses, finish reasons, tokens) and seconds cover all repeats.
+    in repeat r. Counts (statuses, finish reasons, tokens) and seconds cover all repeats;
+    verification runs while the next batch generates, so the two seconds overlap.
     """
 
     name: str
@@ -185,12 +187,9 @@ def evaluate(
     provenance = report.run_provenance()
     started = time.perf_counter()
     samples: list[Sample] = []
-    results = {
-        name: _evaluate_benchmark(
-            policy, name, problems, k, repeats, batch_size, sampling, checker, samples, progress
-        )
-        for name, problems in sets.items()
-    }
+    results = _evaluate_sets(
+        policy, sets, k, repeats, batch_size, sampling, checker, samples, progress
+    )
     config = {
         "datasets": list(sets),
         "k": k,
@@ -271,10 +270,61 @@ def _checked_groups(
     return groups
 
 
-def _evaluate_benchmark(
+@dataclass
+class _Tally:
+    """One benchmark's counts while its batches come in."""
+
+    name: str
+    problems: list[Problem]
+    k: int
+    repeats: int
+    successes: list[list[int]] = field(init=False)
+    statuses: dict[str, int] = field(default_factory=lambda: status_counts([]))
+    finishes: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FINISH_REASONS, 0))
+    tokens: int = 0
+    generation_s: float = 0.0
+    verification_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.successes = [[0] * len(self.problems) for _ in range(self.repeats)]
+
+    def result(self) -> BenchmarkResult:
+        return BenchmarkResult(
+            name=self.name,
+            k=self.k,
+            problem_ids=[problem.id for problem in self.problems],
+            successes=self.successes,
+            status_counts=self.statuses,
+            finish_reasons=self.finishes,
+            generated_tokens=self.tokens,
+            generation_seconds=self.generation_s,
+            verification_seconds=self.verification_s,
+        )
+
+
+@dataclass(frozen=True)
+class _Batch:
+    """One generate call: problems [start, start + len(groups)) of a benchmark in a repeat."""
+
+    tally: _Tally
+    repeat: int
+    start: int
+    groups: list[list[Generation]]
+
+
+def _timed_verify(
+    verifier: Verifier, texts: list[str], golds: list[str]
+) -> tuple[list[Verdict], float]:
+    started = time.perf_counter()
+    verdicts = verifier.verify_batch(texts, golds)
+    if len(verdicts) != len(texts):
+        raise ValueError(f"verifier returned {len(verdicts)} verdicts for {len(texts)} responses")
+    return verdicts, time.perf_counter() - started
+
+
+def _evaluate_sets(
     policy: Policy,
-    name: str,
-    problems: list[Problem],
+    sets: Mapping[str, list[Problem]],
     k: int,
     repeats: int,
     batch_size: int,
@@ -282,60 +332,64 @@ def _evaluate_benchmark(
     verifier: Verifier,
     samples: list[Sample],
     progress: bool,
-) -> BenchmarkResult:
-    """All repeats of one benchmark; appends its samples to `samples`."""
-    prompts = [policy.format_prompt(problem.problem) for problem in problems]
-    successes = [[0] * len(problems) for _ in range(repeats)]
-    statuses = status_counts([])
-    finishes = dict.fromkeys(FINISH_REASONS, 0)
-    tokens, generation_s, verification_s = 0, 0.0, 0.0
-    for repeat in range(repeats):
-        for batch_index, start in enumerate(range(0, len(problems), batch_size)):
-            chunk = problems[start : start + batch_size]
-            seed = batch_seed(sampling.seed + repeat, name, batch_index)
-            started = time.perf_counter()
-            groups = policy.generate(
-                prompts[start : start + len(chunk)], k, replace(sampling, seed=seed)
-            )
-            generated = time.perf_counter()
-            groups = _checked_groups(groups, policy, name, len(chunk), k)
-            texts = [g.text for group in groups for g in group]
-            golds = [problem.answer for problem in chunk for _ in range(k)]
-            verdicts = verifier.verify_batch(texts, golds)
-            verification_s += time.perf_counter() - generated
-            generation_s += generated - started
-            if len(verdicts) != len(texts):
-                raise ValueError(
-                    f"verifier returned {len(verdicts)} verdicts for {len(texts)} responses"
-                )
-            for offset, (problem, group) in enumerate(zip(chunk, groups, strict=True)):
-                for index, generation in enumerate(group):
-                    verdict = verdicts[offset * k + index]
-                    successes[repeat][start + offset] += int(verdict.reward == 1.0)
-                    statuses[verdict.status] += 1
-                    finishes[generation.finish_reason] += 1
-                    tokens += len(generation.token_ids)
-                    samples.append(_sample(name, problem, repeat, index, generation, verdict))
-            if progress:
-                done = start + len(chunk)
-                solved = sum(successes[repeat][:done]) / (done * k)
-                print(
-                    f"[eval] {name} repeat {repeat + 1}/{repeats}: {done}/{len(problems)} "
-                    f"problems, pass@1 so far {solved:.3f}",
-                    file=sys.stderr,
-                    flush=True,
-                )
-    return BenchmarkResult(
-        name=name,
-        k=k,
-        problem_ids=[problem.id for problem in problems],
-        successes=successes,
-        status_counts=statuses,
-        finish_reasons=finishes,
-        generated_tokens=tokens,
-        generation_seconds=generation_s,
-        verification_seconds=verification_s,
-    )
+) -> dict[str, BenchmarkResult]:
+    """Every benchmark, repeat and batch in that order; appends their samples to `samples`.
+
+    Verification runs in the verifier's worker processes, so each batch's responses are
+    verified on a thread while the policy samples the next batch (the study's evaluation
+    on tiny models spent ~8 % of its time waiting for verdicts). One batch is in flight at
+    a time and results are recorded in batch order: the same result as one after another.
+    """
+    tallies = {name: _Tally(name, problems, k, repeats) for name, problems in sets.items()}
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="evaluate-verify") as pool:
+        pending: tuple[_Batch, Future] | None = None
+        for tally in tallies.values():
+            prompts = [policy.format_prompt(problem.problem) for problem in tally.problems]
+            for repeat in range(repeats):
+                for batch_index, start in enumerate(range(0, len(prompts), batch_size)):
+                    chunk = tally.problems[start : start + batch_size]
+                    seed = batch_seed(sampling.seed + repeat, tally.name, batch_index)
+                    started = time.perf_counter()
+                    groups = policy.generate(
+                        prompts[start : start + len(chunk)], k, replace(sampling, seed=seed)
+                    )
+                    tally.generation_s += time.perf_counter() - started
+                    groups = _checked_groups(groups, policy, tally.name, len(chunk), k)
+                    texts = [g.text for group in groups for g in group]
+                    golds = [problem.answer for problem in chunk for _ in range(k)]
+                    verifying = pool.submit(_timed_verify, verifier, texts, golds)
+                    if pending is not None:
+                        _record(*pending, samples, progress)
+                    pending = (_Batch(tally, repeat, start, groups), verifying)
+        if pending is not None:
+            _record(*pending, samples, progress)
+    return {name: tally.result() for name, tally in tallies.items()}
+
+
+def _record(batch: _Batch, verifying: Future, samples: list[Sample], progress: bool) -> None:
+    """Wait for one batch's verdicts and add them to its benchmark's tally and `samples`."""
+    verdicts, seconds = verifying.result()
+    tally, k = batch.tally, batch.tally.k
+    tally.verification_s += seconds
+    successes = tally.successes[batch.repeat]
+    for offset, group in enumerate(batch.groups):
+        problem = tally.problems[batch.start + offset]
+        for index, generation in enumerate(group):
+            verdict = verdicts[offset * k + index]
+            successes[batch.start + offset] += int(verdict.reward == 1.0)
+            tally.statuses[verdict.status] += 1
+            tally.finishes[generation.finish_reason] += 1
+            tally.tokens += len(generation.token_ids)
+            samples.append(_sample(tally.name, problem, batch.repeat, index, generation, verdict))
+    if progress:
+        done = batch.start + len(batch.groups)
+        solved = sum(successes[:done]) / (done * k)
+        print(
+            f"[eval] {tally.name} repeat {batch.repeat + 1}/{tally.repeats}: "
+            f"{done}/{len(tally.problems)} problems, pass@1 so far {solved:.3f}",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _sample(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -110,6 +112,40 @@ def test_limit_keeps_the_first_problems_and_batches_cover_them(scripted, handmad
     assert again.seeds == policy.seeds
     assert policy.seeds[0] == batch_seed(0, "many", 0)
     assert policy.seeds[3] == batch_seed(1, "many", 0)  # repeat 1 uses seed + 1
+
+
+def test_each_batch_is_verified_while_the_next_one_generates(scripted, handmade, verifier):
+    """Verification runs in the pool's worker processes: evaluate hands a batch's responses
+    to it and samples the next batch (of the same or the next benchmark) meanwhile, and the
+    result is the sequential one."""
+    sets = {"alpha": handmade("alpha", ANSWERS), "beta": handmade("beta", ANSWERS[:2])}
+    problems = [*sets["alpha"], *sets["beta"]]
+    started = [threading.Event() for _ in range(6)]  # one per generate call, and a spare
+
+    class Recording(scripted):
+        def generate(self, prompts, n, sampling):
+            started[len(self.seeds)].set()
+            return super().generate(prompts, n, sampling)
+
+    class Probe:
+        """The real pool; notes whether the next generate call began during each batch."""
+
+        def __init__(self) -> None:
+            self.overlapped: list[bool] = []
+
+        def verify_batch(self, responses, golds):
+            following = started[len(self.overlapped) + 1]
+            self.overlapped.append(following.wait(timeout=2.0))
+            return verifier.verify_batch(responses, golds)
+
+    probe = Probe()
+    result = evaluate(Recording(problems, even_oracle), sets, k=2, batch_size=1, verifier=probe)
+    assert probe.overlapped == [True, True, True, True, False]  # the last has no successor
+    sequential = evaluate(
+        scripted(problems, even_oracle), sets, k=2, batch_size=1, verifier=verifier
+    )
+    assert result.samples == sequential.samples
+    assert result.benchmarks["beta"].successes == [[1, 1]]
 
 
 def test_samples_keep_every_field(scripted, handmade, verifier):
