@@ -8,20 +8,34 @@ ratio bare / policy (target: overhead <= 10 %). Each measurement is the best of
 `--repeats` interleaved runs, because the 2 shared cores make single runs noisy.
 On CUDA every timing waits for the device (`torch.cuda.synchronize`) before the clock.
 
+`--levers` also measures decoding levers (issue 15, item 3) on `HFPolicy.generate`, each
+alternated round by round with the plain policy: its tokens/s, the per-round ratio plain /
+lever (median and range) and whether it samples the same tokens (and by how much the
+recorded log-probs move). `mkldnn`: every `nn.Linear` of a copy of the model becomes a
+oneDNN `MkldnnLinear` with prepacked weights (inference only: it has no backward, so a
+trained policy would have to repack after every update); `bf16`: bfloat16 autocast (the
+`autocast` option); `inference_mode`: `torch.inference_mode` instead of `no_grad`.
+
     python -m benchmarks.policy_throughput [--model DIR] [--prompts 16 --n 4]
         [--device cuda --dtype bfloat16 | --autocast bfloat16]
+        [--levers mkldnn,bf16,inference_mode --top-p 0.95 --rounds 7]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import copy
+import dataclasses
 import json
+import statistics
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
+from transformers import LlamaConfig, LlamaForCausalLM
 
 import algorithms
 from algorithms.types import TrainBatch, TrainSequence
@@ -33,14 +47,36 @@ from graft_env.policies.tiny_tokenizer import PLAIN_STYLE, train_tokenizer
 from graft_env.threads import resolve_threads
 
 PROBLEMS = [f"Compute {17 * i + 3} + {29 * i + 11}." for i in range(64)]
+LEVERS = ("mkldnn", "bf16", "inference_mode")
+SMOLLM2_SHAPE = {  # HuggingFaceTB/SmolLM2-135M's config.json
+    "vocab_size": 49152,
+    "hidden_size": 576,
+    "intermediate_size": 1536,
+    "num_hidden_layers": 30,
+    "num_attention_heads": 9,
+    "num_key_value_heads": 3,
+    "max_position_embeddings": 8192,
+    "rope_theta": 100000.0,
+    "tie_word_embeddings": True,
+}
 
 
-def _random_tiny_model(directory: Path) -> Path:
-    """A default-shape tiny GPT-2 with random weights: EOS is rare, so lengths are equal."""
+def _random_model(directory: Path, shape: str = "tiny") -> Path:
+    """A random-init model with the tiny tokenizer: EOS is rare, so lengths are equal.
+
+    "tiny": the default-shape tiny GPT-2; "smollm2": a Llama of SmolLM2-135M's shape
+    (576 wide, 30 layers, 9 heads / 3 KV heads, vocabulary 49,152), for its throughput.
+    """
     corpus = [f"{p} The answer is \\boxed{{{i}}}." for i, p in enumerate(PROBLEMS * 20)]
     tokenizer = train_tokenizer(corpus, PLAIN_STYLE)
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
-    build_model("gpt2", len(tokenizer), eos, pad, TinyShape(), seed=0).save_pretrained(directory)
+    if shape == "tiny":
+        model = build_model("gpt2", len(tokenizer), eos, pad, TinyShape(), seed=0)
+    else:
+        config = LlamaConfig(**SMOLLM2_SHAPE, bos_token_id=eos, eos_token_id=eos, pad_token_id=pad)
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(config)
+    model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return directory
 
@@ -124,6 +160,9 @@ def measure(
     device: str = "cpu",
     dtype: str = "float32",
     autocast: str | None = None,
+    levers: tuple[str, ...] = (),
+    rounds: int = 7,
+    top_p: float = 1.0,
 ) -> dict:
     options = HFPolicyOptions(
         generation_batch_size=prompts * n,
@@ -163,12 +202,96 @@ def measure(
             "bare_tokens_per_s": rates["bare"],
             "overhead": rates["bare"] / rates["policy"] - 1.0,
         }
+    if levers:
+        nucleus = SamplingParams(top_p=top_p, max_new_tokens=max_new, seed=0)
+        results["levers"] = measure_levers(policy, texts, n, nucleus, list(levers), rounds)
+    return results
+
+
+def _mkldnn_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """A copy of `model` whose `nn.Linear` layers run on oneDNN with prepacked weights."""
+    from torch.utils.mkldnn import MkldnnLinear
+
+    packed = copy.deepcopy(model)
+    for module in list(packed.modules()):
+        for name, child in list(module.named_children()):
+            if type(child) is torch.nn.Linear:
+                setattr(module, name, MkldnnLinear(child, torch.float32))
+    return packed
+
+
+@contextlib.contextmanager
+def lever(policy: HFPolicy, name: str) -> Iterator[None]:
+    """`policy` with one decoding lever applied, restored afterwards ("plain": none)."""
+    model, options = policy.model, policy.options
+    try:
+        with contextlib.ExitStack() as stack:
+            if name == "mkldnn":
+                policy.model = _mkldnn_copy(model)
+            elif name == "bf16":
+                policy.options = dataclasses.replace(options, autocast="bfloat16")
+            elif name == "inference_mode":
+                stack.enter_context(torch.inference_mode())
+            elif name != "plain":
+                raise ValueError(f"unknown lever {name!r}; valid: {list(LEVERS)}")
+            yield
+    finally:
+        policy.model, policy.options = model, options
+
+
+def measure_levers(
+    policy: HFPolicy,
+    texts: list[str],
+    n: int,
+    sampling: SamplingParams,
+    levers: list[str],
+    rounds: int,
+) -> dict:
+    """Generation tokens/s per lever and its per-round speed-up over the plain policy."""
+    names = ["plain", *levers]
+    seconds: dict[str, list[float]] = {name: [] for name in names}
+    outputs: dict[str, list[Generation]] = {}
+    for name in names:
+        with lever(policy, name):
+            policy.generate(texts[:1], 1, dataclasses.replace(sampling, max_new_tokens=2))
+    for _ in range(rounds):  # alternate, so a load spike hits one round of every lever
+        for name in names:
+            with lever(policy, name):
+                started = time.perf_counter()
+                groups = policy.generate(texts, n, sampling)
+                synchronize(policy.device)
+                seconds[name].append(time.perf_counter() - started)
+            outputs[name] = [g for group in groups for g in group]
+    tokens = {name: sum(len(g.token_ids) for g in out) for name, out in outputs.items()}
+    results = {}
+    for name in names:
+        ratios = [p / s for p, s in zip(seconds["plain"], seconds[name], strict=True)]
+        plain, mine = outputs["plain"], outputs[name]
+        same = [a.token_ids for a in plain] == [b.token_ids for b in mine]
+        shift = (
+            max(
+                float(abs(a.logprobs - b.logprobs).max(initial=0.0))
+                for a, b in zip(plain, mine, strict=True)
+            )
+            if same
+            else None
+        )
+        results[name] = {
+            "tokens_per_s": tokens[name] / min(seconds[name]),
+            "speedup_median": statistics.median(ratios),
+            "speedup_range": [min(ratios), max(ratios)],
+            "same_tokens": same,
+            "max_logprob_shift": shift,
+        }
     return results
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", type=Path, default=None, help="model dir (default: random tiny)")
+    parser.add_argument("--model", type=Path, default=None, help="model dir (default: random)")
+    parser.add_argument(
+        "--shape", default="tiny", choices=["tiny", "smollm2"], help="of the random model"
+    )
     parser.add_argument("--prompts", type=int, default=16)
     parser.add_argument("--n", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=64)
@@ -179,11 +302,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", default="cpu", help='torch device ("cpu", "cuda", ...)')
     parser.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
     parser.add_argument("--autocast", default=None, choices=["bfloat16"], help="mixed precision")
+    parser.add_argument(
+        "--levers", default="", help=f"comma-separated decoding levers to measure: {LEVERS}"
+    )
+    parser.add_argument("--top-p", type=float, default=1.0, help="top-p of the lever runs")
+    parser.add_argument("--rounds", type=int, default=7, help="alternated rounds of the levers")
     parser.add_argument("--json", type=Path, default=None, help="also write results here")
     args = parser.parse_args(argv)
+    levers = [name for name in args.levers.split(",") if name]
+    unknown = sorted(set(levers) - set(LEVERS))
+    if unknown:
+        parser.error(f"unknown lever(s) {unknown}; valid: {list(LEVERS)}")
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as scratch:
-        model_dir = args.model or _random_tiny_model(Path(scratch) / "tiny")
+        model_dir = args.model or _random_model(Path(scratch) / args.shape, args.shape)
         results = measure(
             model_dir,
             args.prompts,
@@ -193,12 +325,23 @@ def main(argv: list[str] | None = None) -> None:
             device=args.device,
             dtype=args.dtype,
             autocast=args.autocast,
+            levers=tuple(levers),
+            rounds=args.rounds,
+            top_p=args.top_p,
         )
     print(f"{'':<12}{'policy tok/s':>14}{'bare tok/s':>14}{'overhead':>10}")
-    for label, row in results.items():
+    for label in ("generation", "training"):
+        row = results[label]
         print(
             f"{label:<12}{row['policy_tokens_per_s']:>14.0f}{row['bare_tokens_per_s']:>14.0f}"
             f"{row['overhead']:>10.1%}"
+        )
+    for name, row in results.get("levers", {}).items():
+        low, high = row["speedup_range"]
+        print(
+            f"lever {name:<15}{row['tokens_per_s']:>8.0f} tok/s  "
+            f"speed-up {row['speedup_median']:.2f} ({low:.2f}-{high:.2f})  "
+            f"same tokens: {row['same_tokens']}, log-prob shift {row['max_logprob_shift']}"
         )
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
