@@ -16,11 +16,13 @@ import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from graft_env.data import Problem, load
 from graft_env.data.procedural import SKILLS
-from graft_env.policies import Policy
+
+if TYPE_CHECKING:  # the policies pull in torch, which `graft train --help` must not wait for
+    from graft_env.policies import Policy
 
 
 @dataclass(frozen=True)

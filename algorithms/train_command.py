@@ -42,6 +42,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from algorithms.loop import Trainer
     from algorithms.run_dir import check_fresh, remove_fresh
+    from algorithms.run_summary import run_summary
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     config = load_config(args.config, args.overrides)
@@ -53,12 +54,5 @@ def run(args: argparse.Namespace) -> int:
         if args.fresh:
             remove_fresh(Path(config.run_dir))
         rows = trainer.train()
-    last = {row["agent"]: row for row in rows if row["step"] == config.steps - 1}
-    print(f"\n{config.algorithm}: {config.steps} steps in {config.run_dir} (threads: {threads})")
-    for agent, row in last.items():
-        print(
-            f"  {agent}: last-step reward {row['reward_mean']:.3f}, "
-            f"all-fail share {row['all_fail_share']:.3f}, loss {row.get('loss', float('nan')):.4f}"
-        )
-    print(f"  metrics: {Path(config.run_dir) / 'metrics.jsonl'}")
+    print("\n" + "\n".join(run_summary(config, rows, threads)))
     return 0

@@ -178,11 +178,13 @@ def test_the_compare_default_grid_exists():
 
 
 def test_graft_help_loads_no_torch():
-    """`graft --help`, `graft eval/compare --help` and `graft data list` never import torch
-    (seconds on these cores; `graft train --help` still does, through the algorithms package)."""
+    """`graft --help`, every subcommand's `--help`, `graft config show` and `graft data list`
+    never import torch or transformers (seconds on these cores)."""
+    helps = "['--help'], ['data', '--help'], ['eval', '--help'], ['compare', '--help'], "
+    helps += "['train', '--help'], ['config', 'show'], ['config', 'show', '--grid']"
     code = (
         "import sys\nfrom graft_env import cli\n"
-        "for argv in (['--help'], ['data', '--help'], ['eval', '--help'], ['compare', '--help']):\n"
+        f"for argv in ({helps}):\n"
         "    try:\n        cli.main(argv)\n    except SystemExit:\n        pass\n"
         "cli.main(['data', 'list'])\n"
         "heavy = sorted(m for m in ('torch', 'transformers') if m in sys.modules)\n"

@@ -64,7 +64,9 @@ def test_fresh_deletes_a_run_directory_only_once_the_whole_config_is_valid(
     run_dir = tmp_path / "run"
     config = _config_file(tmp_path, run_dir, steps=1)
     assert cli.main(["train", "--config", str(config)]) == 0
-    capsys.readouterr()  # the run's own output
+    summary = capsys.readouterr().out  # the run's own output ends with the summary
+    assert f"graft eval --model {run_dir / 'checkpoints'}" in summary
+    assert "reward " in summary and "-> " in summary
     assert (run_dir / MARKER).is_file()
     (run_dir / "stale.txt").write_text("from an earlier run")
     before = _files(run_dir)
