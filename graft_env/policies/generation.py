@@ -109,7 +109,7 @@ def reserve_cache(cache: object, extra: int) -> None:
 
 
 NUCLEUS_CANDIDATES = 64
-"""Tokens ranked first when truncating to the nucleus; rows that need more get 4x more."""
+"""Tokens ranked first when truncating to the nucleus; a batch with a wider one sorts fully."""
 _MARGIN = 1e-6  # far above the float32 rounding of a cumulative sum of probabilities
 
 
@@ -119,8 +119,9 @@ def nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
 
     Ranking the whole vocabulary per token (a sort) was 8-10 % of the tiny models'
     decoding, and grows with the vocabulary; the nucleus at the study's top-p 0.95 is a
-    few tokens. So only the top `NUCLEUS_CANDIDATES` are ranked (`topk`), and a row whose
-    last candidate is not clearly outside the nucleus ranks 4x more, up to a full sort.
+    few tokens. So only the top `NUCLEUS_CANDIDATES` are ranked (`topk`); when some row's
+    last candidate is not clearly outside the nucleus, the batch is sorted fully (a flat
+    distribution, e.g. a random-init model, then pays one small `topk` more than before).
     The kept set is the full sort's: a cumulative sum's prefix does not depend on what
     follows it, and the margin covers the rounding of the tokens left unranked.
     """
@@ -134,7 +135,7 @@ def nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
         mass_before = top.cumsum(-1) - top
         if count == vocab or bool((mass_before[:, -1] >= top_p + _MARGIN).all()):
             break
-        count = min(vocab, 4 * count)
+        count = vocab
     top = top.masked_fill(mass_before >= top_p, 0.0)
     return torch.zeros_like(probs).scatter(-1, order, top)
 
