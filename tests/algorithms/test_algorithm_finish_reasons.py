@@ -66,28 +66,15 @@ def test_rollouts_refuse_missing_or_unknown_finish_reasons():
 
 def test_rollout_assembly_keeps_each_responses_finish_reason():
     source = make_rollouts("A", [1, 2, 3])
+    fields = (source.prompt_ids, source.prompts, source.texts, source.token_ids, source.logprobs)
+
+    def build(reasons):
+        return build_rollouts("A", *fields, reasons, source.rewards)
+
     reasons = [["stop", "length", "stop", "stop"], ["length"] * N, ["stop"] * N]
-    built = build_rollouts(
-        "A",
-        source.prompt_ids,
-        source.prompts,
-        source.texts,
-        source.token_ids,
-        source.logprobs,
-        reasons,
-        source.rewards,
-    )
+    built = build(reasons)
     assert built.finish_reasons == reasons
     refill = append_groups(built, built, [1])  # dynamic sampling appends kept refill groups
     assert refill.finish_reasons == [*reasons, reasons[1]]
     with pytest.raises(ValueError, match=r"prompt 0 \(q0\): 4 responses and 3 finish reasons"):
-        build_rollouts(
-            "A",
-            source.prompt_ids,
-            source.prompts,
-            source.texts,
-            source.token_ids,
-            source.logprobs,
-            [r[:3] for r in reasons],
-            source.rewards,
-        )
+        build([r[:3] for r in reasons])
