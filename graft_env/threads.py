@@ -38,11 +38,6 @@ def process_defaults(environ: MutableMapping[str, str] = os.environ) -> None:
     environ.setdefault(WAIT_POLICY_VAR, WAIT_POLICY)
 
 
-def valid_threads(value: object) -> bool:
-    """A thread count: an int >= 1 (not a bool)."""
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
-
-
 def resolve_threads(threads: int | None, environ: Mapping[str, str] = os.environ) -> int:
     """The torch threads of a run: `threads` if set, else ``$OMP_NUM_THREADS``, else 1."""
     if threads is not None:
