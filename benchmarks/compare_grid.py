@@ -48,8 +48,6 @@ from algorithms.run_config import (
 from graft_env.data import available as available_datasets
 from graft_env.data.procedural import SKILLS
 
-CHECKPOINTS = ("best", "final")
-
 
 class GridError(ValueError):
     """A grid file is invalid; the message names the field."""
