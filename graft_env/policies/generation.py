@@ -113,6 +113,16 @@ NUCLEUS_CANDIDATES = 64
 _MARGIN = 1e-6  # far above the float32 rounding of a cumulative sum of probabilities
 
 
+def _ranked(probs: torch.Tensor, count: int) -> tuple[torch.Tensor, ...]:
+    """Each row's `count` most probable tokens in descending order (all of them: a sort),
+    their ids and the mass before each."""
+    if count == probs.shape[-1]:
+        top, order = probs.sort(dim=-1, descending=True)
+    else:
+        top, order = probs.topk(count, dim=-1)
+    return top, order, top.cumsum(-1) - top
+
+
 def nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     """`probs` [B, V] with every token outside the top-p nucleus set to 0: in descending
     order, a token stays when the mass before it is < top_p.
@@ -126,16 +136,9 @@ def nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     follows it, and the margin covers the rounding of the tokens left unranked.
     """
     vocab = probs.shape[-1]
-    count = min(vocab, NUCLEUS_CANDIDATES)
-    while True:
-        if count == vocab:
-            top, order = probs.sort(dim=-1, descending=True)
-        else:
-            top, order = probs.topk(count, dim=-1)
-        mass_before = top.cumsum(-1) - top
-        if count == vocab or bool((mass_before[:, -1] >= top_p + _MARGIN).all()):
-            break
-        count = vocab
+    top, order, mass_before = _ranked(probs, min(vocab, NUCLEUS_CANDIDATES))
+    if top.shape[-1] < vocab and not bool((mass_before[:, -1] >= top_p + _MARGIN).all()):
+        top, order, mass_before = _ranked(probs, vocab)  # some row's nucleus may be wider
     top = top.masked_fill(mass_before >= top_p, 0.0)
     return torch.zeros_like(probs).scatter(-1, order, top)
 
