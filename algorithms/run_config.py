@@ -88,7 +88,6 @@ def _fspath(value: Any) -> Any:
 
 # The field types of the schema: pydantic checks them (`_ADAPTER`), `schema_lines` prints them.
 # Numbers are strict (no "8" for 8, no 8.5 or true for an int); an int is a valid float.
-Whole = Annotated[int, Strict()]
 Count = Annotated[int, Strict(), Field(ge=0)]
 Positive = Annotated[int, Strict(), Field(ge=1)]
 PositiveFloat = Annotated[float, Strict(), Field(gt=0)]
