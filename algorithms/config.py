@@ -251,9 +251,14 @@ class AlgorithmConfig:
                 "False with candidates='any_success' (an all-pass source group pooled with the "
                 "receiver's all-fail group gets non-zero advantages, not the zero it carries)",
             )
-        gate_only = {"selection": "gate", "admission": "compat", "success_only": False}
-        gate_only.update(candidates="informative")
-        gate_only.update(pooled=False, stored=False)
+        gate_only = {
+            "selection": "gate",
+            "admission": "compat",
+            "success_only": False,
+            "candidates": "informative",
+            "pooled": False,
+            "stored": False,
+        }
         if self.exchange != "graft":
             for name, default in gate_only.items():
                 if getattr(self, name) != default:
