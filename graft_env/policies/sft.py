@@ -70,12 +70,17 @@ def _bucketed_batches(
     while True:
         order = torch.randperm(len(examples), generator=generator).tolist()
         for start in range(0, len(order) - pool_size + 1, pool_size):
-            pool = sorted(order[start : start + pool_size], key=lambda i: len(examples[i][1]))
-            batches = [
-                pool[b : b + config.batch_size] for b in range(0, pool_size, config.batch_size)
-            ]
-            for pick in torch.randperm(len(batches), generator=generator).tolist():
-                yield batches[pick]
+            yield from _served_pool(order[start : start + pool_size], examples, config, generator)
+
+
+def _served_pool(
+    pool: list[int], examples: Sequence[Example], config: SFTConfig, generator: torch.Generator
+) -> Iterator[list[int]]:
+    """`pool` sorted by target length, cut into batches and served in random order."""
+    pool = sorted(pool, key=lambda i: len(examples[i][1]))
+    batches = [pool[b : b + config.batch_size] for b in range(0, len(pool), config.batch_size)]
+    for pick in torch.randperm(len(batches), generator=generator).tolist():
+        yield batches[pick]
 
 
 @dataclass(frozen=True)
@@ -120,10 +125,9 @@ def _weighted_batches(
         if not current.sum() > 0:
             raise ValueError(f"SkillMix weights are all 0: {dict(weights)}")
         picks = torch.multinomial(current, pool_size, replacement=True, generator=generator)
-        pool = sorted((take(names[j]) for j in picks.tolist()), key=lambda i: len(examples[i][1]))
-        batches = [pool[b : b + config.batch_size] for b in range(0, pool_size, config.batch_size)]
-        for pick in torch.randperm(len(batches), generator=generator).tolist():
-            yield batches[pick]
+        yield from _served_pool(
+            [take(names[j]) for j in picks.tolist()], examples, config, generator
+        )
 
 
 def supervised_warm_start(
