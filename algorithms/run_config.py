@@ -7,10 +7,11 @@ same dataclasses are built from a YAML file (`load_config`) or from Python, and
 `agents.0.options.lr=1e-5`, `algorithm_options.delta=0.5`).
 
 The dataclasses are the schema: each field's type (with its range, `Positive`, `Share`, ...)
-and help text are written once, on the field. pydantic checks data against them, so every
-error is one line naming the full key (`env.batch_size: 'abc' is not an integer`,
-`agents.0.options.lrr: unknown option; valid: ...`), and `schema_lines` prints them
-(`graft config show`). Validation keeps every value equal to what YAML gave (an int temperature
+and help text are written once, on the field; `algorithms.config_schema` checks data against
+them, so every error is one line naming the full key (`env.batch_size: 'abc' is not an
+integer`, `agents.0.options.lrr: unknown option; valid: ...`), and prints them (`graft config
+show`). What types cannot say (agent names, policy options, the dataset and algorithm) is
+checked here. Validation keeps every value equal to what YAML gave (an int temperature
 becomes an equal float): a run directory compares its saved config with the new one on resume.
 """
 
@@ -18,83 +19,34 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import functools
 import inspect
-import json
 import os
-import re
-import typing
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Any, Literal
 
-import yaml
-from pydantic import BeforeValidator, ConfigDict, Field, Strict, TypeAdapter, ValidationError
+from pydantic import ConfigDict, ValidationError
 
+from algorithms.config_schema import (
+    ConfigError,
+    Count,
+    Flag,
+    PathText,
+    Positive,
+    PositiveFloat,
+    Share,
+    Text,
+    adapter,
+    apply_override,
+    describe_error,
+    plain,
+    read_yaml_mapping,
+    validate_as,
+)
+from algorithms.config_schema import parse_yaml as parse_yaml  # re-exported (algorithms.loop)
 from algorithms.periodic_eval import EvalSpec
 from algorithms.wandb_sink import WandbSpec
 
-
-class _Loader(yaml.SafeLoader):
-    """YAML loader that reads `1e-6` as a float (YAML 1.2), as every user expects.
-
-    PyYAML follows YAML 1.1, where a float needs a dot (`1.0e-6`); the paper's
-    learning rate written `1e-6` would otherwise arrive as a string.
-    """
-
-
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(
-        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
-        |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
-        |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
-        |[-+]?\.(?:inf|Inf|INF)
-        |\.(?:nan|NaN|NAN))$""",
-        re.X,
-    ),
-    list("-+0123456789."),
-)
-
-
-def parse_yaml(text: str, where: str = "") -> Any:
-    """Parse YAML text with `_Loader`; a syntax error is a one-line `ConfigError` naming
-    `where` (a file name, or `--set key`), the line and column, and what was found."""
-    try:
-        return yaml.load(text, Loader=_Loader)
-    except yaml.MarkedYAMLError as error:
-        mark = error.problem_mark
-        at = f"{where}:{mark.line + 1}:{mark.column + 1}" if mark and "\n" in text else where
-        problem = " ".join(str(part) for part in (error.context, error.problem) if part)
-        if "'\\t'" in problem:  # PyYAML names the character by its repr
-            problem += " (YAML indents with spaces, not tabs)"
-        raise ConfigError(f"{at or 'yaml'}: YAML syntax error: {problem}") from None
-    except yaml.YAMLError as error:
-        raise ConfigError(f"{where or 'yaml'}: YAML error: {error}") from None
-
-
-T = TypeVar("T")
-
-
-class ConfigError(ValueError):
-    """A run configuration is invalid; the message names the field."""
-
-
-def _fspath(value: Any) -> Any:
-    """A path given as a `Path` from Python, as the string YAML would give."""
-    return os.fspath(value) if isinstance(value, os.PathLike) else value
-
-
-# The field types of the schema: pydantic checks them (`_ADAPTER`), `schema_lines` prints them.
-# Numbers are strict (no "8" for 8, no 8.5 or true for an int); an int is a valid float.
-Count = Annotated[int, Strict(), Field(ge=0)]
-Positive = Annotated[int, Strict(), Field(ge=1)]
-PositiveFloat = Annotated[float, Strict(), Field(gt=0)]
-Share = Annotated[float, Strict(), Field(gt=0, le=1)]
-Flag = Annotated[bool, Strict()]
-Text = Annotated[str, Strict()]
-PathText = Annotated[str, BeforeValidator(_fspath), Strict()]
 Backend = Literal["local", "ray"]
 
 
@@ -209,30 +161,7 @@ class TrainConfig:
         return self
 
     def to_dict(self) -> dict[str, Any]:
-        return _plain(dataclasses.asdict(self))
-
-
-@functools.cache
-def _adapter(cls: type) -> TypeAdapter:
-    """The validator of schema dataclass `cls`, built on first use (a few ms)."""
-    return TypeAdapter(cls)
-
-
-def validate_as(
-    cls: type[T], data: Any, error: type[ValueError] = ConfigError, where: str = ""
-) -> T:
-    """`data` (found at key `where`) as schema dataclass `cls`, every type and range checked;
-    raises `error` with one `key.path: what is wrong` part per mistake, on one line."""
-    try:
-        return _adapter(cls).validate_python(data)
-    except ValidationError as invalid:
-        prefix = tuple(where.split(".")) if where else ()
-        parts = [
-            describe_error({**e, "loc": (*prefix, *e["loc"])}, _valid_keys(cls, e["loc"]))
-            for e in invalid.errors()
-            if not _after_item_errors(e)
-        ]
-        raise error("; ".join(parts)) from None
+        return plain(dataclasses.asdict(self))
 
 
 def _validated(data: Any) -> TrainConfig:
@@ -318,152 +247,11 @@ def check_policy_options(options: Mapping[str, Any], where: str) -> None:
 def _check_fields(cls: type, values: Mapping[str, Any], where: str, prefix: str) -> Any:
     """`values` as fields of dataclass `cls` (the instance): types and its own checks."""
     try:
-        return _adapter(cls).validate_python(values)
+        return adapter(cls).validate_python(values)
     except ValidationError as error:
         first = error.errors()[0]
         loc = (prefix + str(first["loc"][0]),) if first["loc"] else ()
         raise ConfigError(describe_error({**first, "loc": (*where.split("."), *loc)})) from None
-
-
-def _after_item_errors(error: Mapping[str, Any]) -> bool:
-    """pydantic's "too short after validation" for a list whose items failed: those items'
-    own errors say what is wrong."""
-    value, ctx = error.get("input"), error.get("ctx") or {}
-    given = len(value) if isinstance(value, list | tuple) else None
-    return error["type"] == "too_short" and given is not None and given >= ctx["min_length"]
-
-
-_TYPE_WORDS = {
-    "int": "an integer",
-    "float": "a number",
-    "bool": "true or false",
-    "string": "a string",
-}
-
-
-def describe_error(error: Mapping[str, Any], valid_keys: Sequence[str] = ()) -> str:
-    """One pydantic error as `key.path: what is wrong` (`env.batch_size: 'abc' is not an
-    integer`, `seed: -1 must be >= 0`, `env.batchsize: unknown key; valid: ...`)."""
-    where = ".".join(str(part) for part in error["loc"]) or "config"
-    kind, value, ctx = error["type"], error.get("input"), error.get("ctx") or {}
-    base = kind.split("_")[0]
-    if kind in ("unexpected_keyword_argument", "extra_forbidden"):
-        return f"{where}: unknown key; valid: {', '.join(valid_keys)}"
-    if kind in ("missing", "missing_argument", "missing_keyword_argument"):
-        return f"{where}: missing (required)"
-    if base in _TYPE_WORDS and kind.endswith(("_type", "_parsing", "_from_float")):
-        return f"{where}: {value!r} is not {_TYPE_WORDS[base]}"
-    bounds = {"greater": ">", "less": "<"}
-    if base in bounds:
-        op = bounds[base] + ("=" if kind.endswith("_equal") else "")
-        limit = next(iter(ctx.values()))
-        return f"{where}: {value!r} must be {op} {limit:g}"
-    if kind == "literal_error":
-        return f"{where}: {value!r} is not one of {ctx['expected'].replace(' or ', ', ')}"
-    if kind in ("dataclass_type", "dict_type", "mapping_type", "model_type"):
-        return f"{where}: expected a mapping, got {type(value).__name__}"
-    if kind in ("too_short", "too_long"):
-        size = len(value) if isinstance(value, list | tuple) else "?"
-        wanted = ctx.get("min_length") if kind == "too_short" else ctx.get("max_length")
-        word = "at least" if kind == "too_short" else "at most"
-        return f"{where}: expected {word} {wanted} item(s), got {size}: {value!r}"
-    if kind in ("tuple_type", "list_type"):
-        return f"{where}: expected a list, got {type(value).__name__}"
-    if kind == "value_error":
-        return f"{where}: {ctx['error']}"
-    return f"{where}: {error['msg']} (got {value!r})"
-
-
-def _valid_keys(cls: type, loc: Sequence[Any]) -> list[str]:
-    """The field names of the dataclass that holds the key at `loc` (for unknown-key errors)."""
-    node: Any = cls
-    for part in loc[:-1]:
-        if isinstance(part, int):
-            continue
-        hints = typing.get_type_hints(node)
-        node = _dataclass_in(hints.get(part))
-        if node is None:
-            return []
-    return sorted(f.name for f in dataclasses.fields(node))
-
-
-def _dataclass_in(hint: Any) -> type | None:
-    """The dataclass inside a field type (`X`, `X | None`, `tuple[X, ...]`), or None."""
-    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
-        return hint
-    if typing.get_origin(hint) is Annotated:
-        return _dataclass_in(typing.get_args(hint)[0])
-    for arg in typing.get_args(hint):
-        found = _dataclass_in(arg)
-        if found is not None:
-            return found
-    return None
-
-
-def schema_lines(cls: type = TrainConfig, prefix: str = "") -> list[str]:
-    """The run-config schema, one `key  type  default  help` line per field (nested fields
-    dotted, `agents.N.<field>` for list items): what `graft config show` prints."""
-    lines = []
-    hints = typing.get_type_hints(cls, include_extras=True)
-    for f in dataclasses.fields(cls):
-        hint = hints[f.name]
-        nested = _dataclass_in(hint)
-        if nested is not None and typing.get_origin(_unannotated(hint)) is tuple:
-            lines += schema_lines(nested, f"{prefix}{f.name}.N.")
-            continue
-        if nested is not None and f.default is dataclasses.MISSING:
-            lines += schema_lines(nested, f"{prefix}{f.name}.")
-            continue
-        if f.default is not dataclasses.MISSING:
-            default = f"default {json.dumps(_plain(f.default))}"
-        elif f.default_factory is not dataclasses.MISSING:
-            default = f"default {json.dumps(_plain(f.default_factory()))}"
-        else:
-            default = "required"
-        help_text = f.metadata.get("help", "")
-        lines.append(f"{prefix}{f.name}  {_type_name(hint)}  {default}  {help_text}".rstrip())
-        if nested is not None:  # an optional section: its fields too
-            lines += schema_lines(nested, f"{prefix}{f.name}.")
-    return lines
-
-
-def _unannotated(hint: Any) -> Any:
-    return typing.get_args(hint)[0] if typing.get_origin(hint) is Annotated else hint
-
-
-def _type_name(hint: Any) -> str:
-    """A field type as a user reads it: `int >= 1`, `float in (0, 1]`, `str | null`, ..."""
-    if typing.get_origin(hint) is Annotated:
-        base, *extras = typing.get_args(hint)
-        bounds = []
-        for extra in extras:
-            for constraint in getattr(extra, "metadata", ()):
-                for name, op in (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<=")):
-                    if hasattr(constraint, name):
-                        bounds.append(f"{op} {getattr(constraint, name)}")
-        return " ".join([_type_name(base), ", ".join(bounds)]).strip()
-    if typing.get_origin(hint) is Literal:
-        return " | ".join(repr(arg) for arg in typing.get_args(hint))
-    args = typing.get_args(hint)
-    if type(None) in args:
-        return " | ".join(_type_name(a) for a in args if a is not type(None)) + " | null"
-    if dataclasses.is_dataclass(hint):
-        return "mapping"
-    if typing.get_origin(hint) in (Mapping, dict):
-        return "mapping"
-    if typing.get_origin(hint) in (tuple, Sequence, list):
-        items = [a for a in typing.get_args(hint) if a is not Ellipsis]
-        return f"list of {_type_name(items[0])}" if len(set(items)) == 1 else "list"
-    return getattr(hint, "__name__", str(hint))
-
-
-def _plain(value: Any) -> Any:
-    """Mappings and tuples as plain dicts and lists, for YAML/JSON."""
-    if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return value
 
 
 # Settings that do not change what a run computes, so a resume may change them: where the
@@ -502,32 +290,6 @@ def result_differences(theirs: Mapping[str, Any], ours: Mapping[str, Any]) -> li
     return list(_differences(a, b, ""))
 
 
-def apply_override(data: dict[str, Any], assignment: str) -> None:
-    """Apply one `dotted.key=value` override in place; the value is parsed as YAML."""
-    key, sep, raw = assignment.partition("=")
-    if not sep or not key:
-        raise ConfigError(f"--set expects key=value, got {assignment!r}")
-    parts = key.split(".")
-    node: Any = data
-    for i, part in enumerate(parts[:-1]):
-        if isinstance(node, list):
-            if not part.isdigit() or int(part) >= len(node):
-                raise ConfigError(f"--set {key}: {'.'.join(parts[: i + 1])} is not a list index")
-            node = node[int(part)]
-        else:
-            node = node.setdefault(part, {})
-    last = parts[-1]
-    value = parse_yaml(raw, f"--set {key}")
-    if isinstance(node, list):
-        if not last.isdigit() or int(last) >= len(node):
-            raise ConfigError(f"--set {key}: {last!r} is not a valid list index")
-        node[int(last)] = value
-    elif isinstance(node, dict):
-        node[last] = value
-    else:
-        raise ConfigError(f"--set {key}: {'.'.join(parts[:-1])} is not a mapping")
-
-
 def config_from_dict(data: Mapping[str, Any], overrides: Sequence[str] = ()) -> TrainConfig:
     """Build and validate a TrainConfig from plain data plus `key=value` overrides."""
     if not isinstance(data, Mapping):
@@ -538,26 +300,6 @@ def config_from_dict(data: Mapping[str, Any], overrides: Sequence[str] = ()) -> 
     config = _validated(data)
     _check(config)
     return config
-
-
-def read_yaml_mapping(path: str | os.PathLike, what: str = "config file") -> dict[str, Any]:
-    """The mapping at the top of a YAML file; a missing file, a directory, a syntax error
-    or another top-level value is a one-line `ConfigError` naming the file."""
-    path = Path(path)
-    if path.is_dir():
-        raise ConfigError(f"{what} {path} is a directory, not a YAML file")
-    if not path.is_file():
-        raise ConfigError(f"{what} {path} does not exist")
-    data = parse_yaml(path.read_text(), str(path))
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping at the top level, got a {_yaml_kind(data)}")
-    return data
-
-
-def _yaml_kind(value: Any) -> str:
-    return "list" if isinstance(value, list) else type(value).__name__
 
 
 def load_config(path: str | os.PathLike, overrides: Sequence[str] = ()) -> TrainConfig:

@@ -34,7 +34,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, ConfigDict, Field, Strict
 
 import algorithms
-from algorithms.run_config import (
+from algorithms.config_schema import (
     ConfigError,
     Count,
     Flag,

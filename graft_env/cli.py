@@ -79,14 +79,13 @@ def _cmd_config_validate(args: argparse.Namespace) -> int:
 
 def _schema(grid: bool) -> list[str]:
     """The run-config (or grid-file) schema lines, aligned in columns."""
-    from algorithms.run_config import schema_lines
+    from algorithms.config_schema import schema_lines
 
     if grid:
-        from benchmarks.compare_grid import GridFile
-
-        lines = schema_lines(GridFile)
+        from benchmarks.compare_grid import GridFile as schema
     else:
-        lines = schema_lines()
+        from algorithms.run_config import TrainConfig as schema
+    lines = schema_lines(schema)
     rows = [line.split("  ", 3) for line in lines]
     widths = [max(len(row[i]) for row in rows if len(row) > i) for i in range(3)]
     return [
