@@ -157,15 +157,11 @@ class TrainConfig:
     def validate(self) -> TrainConfig:
         """Check every field (types, ranges, names) as `config_from_dict` does; a config
         built in Python gets the same errors as one read from YAML."""
-        _check(_validated(self.to_dict()))
+        _check(validate_as(TrainConfig, self.to_dict()))
         return self
 
     def to_dict(self) -> dict[str, Any]:
         return plain(dataclasses.asdict(self))
-
-
-def _validated(data: Any) -> TrainConfig:
-    return validate_as(TrainConfig, data)
 
 
 def _check(config: TrainConfig) -> None:
@@ -297,7 +293,7 @@ def config_from_dict(data: Mapping[str, Any], overrides: Sequence[str] = ()) -> 
     data = copy.deepcopy(dict(data))
     for assignment in overrides:
         apply_override(data, assignment)
-    config = _validated(data)
+    config = validate_as(TrainConfig, data)
     _check(config)
     return config
 
