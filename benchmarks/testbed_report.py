@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 from algorithms.loop import StepRecord, Trainer
@@ -54,9 +55,7 @@ def funnel(record: StepRecord, stats, prompts: int, n: int) -> dict[str, dict[st
         moving = [s for s in batch if s.advantage * s.weight != 0]
         peer = sum(s.is_peer for s in moving)
         ids = record.rollouts[receiver].prompt_ids
-        kept_by_skill: dict[str, int] = {}
-        for p in direction.selected_prompts:
-            kept_by_skill[_skill(ids[p])] = kept_by_skill.get(_skill(ids[p]), 0) + 1
+        kept_by_skill = Counter(_skill(ids[p]) for p in direction.selected_prompts)
         out[f"{source}->{receiver}"] = {
             "gate_candidates": direction.gate_candidates,
             "prompts_kept": len(direction.selected_prompts),
