@@ -158,6 +158,7 @@ class Trainer:
             self._check_peer_store()
         self.store = TrajectoryStore(self.run_dir) if config.store_trajectories else None
         self.metrics: MetricsLog | None = None
+        self.checkpoint: Path | None = None  # the one this run resumed from or last wrote
         self.evaluator = PeriodicEvaluator(config.eval, self.run_dir, config.env.data_dir)
 
     # --- setup -----------------------------------------------------------------
@@ -205,6 +206,7 @@ class Trainer:
                 self.run_dir,
                 kept,
             )
+        self.checkpoint = found[0] if found is not None else None
         if found is not None:
             path, state = found
             restore_exchange_state(self.algorithm.strategy, state, path)
@@ -448,7 +450,7 @@ class Trainer:
                 for name, metrics in record.metrics.items():
                     self.metrics.write(record.step, name, metrics)
                 if self.step % self.config.checkpoint_every == 0 or self.step == self.config.steps:
-                    save_checkpoint(
+                    self.checkpoint = save_checkpoint(
                         self.run_dir / "checkpoints",
                         self.step,
                         self.policies,

@@ -14,14 +14,19 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-from algorithms.checkpoint import latest_checkpoint
 from algorithms.run_config import TrainConfig
 
 
 def run_summary(
-    config: TrainConfig, rows: Sequence[Mapping[str, Any]], threads: int, window: int = 3
+    config: TrainConfig,
+    rows: Sequence[Mapping[str, Any]],
+    threads: int,
+    checkpoint: Path | None,
+    window: int = 3,
 ) -> list[str]:
-    """The summary lines of a finished run whose metrics rows are `rows`."""
+    """The summary lines of a finished run whose metrics rows are `rows` and whose newest
+    checkpoint is `checkpoint` (`Trainer.checkpoint`: the run verified or wrote it, so it
+    is not hashed again here)."""
     run_dir = Path(config.run_dir)
     lines = [f"{config.algorithm}: {config.steps} steps in {run_dir} (threads: {threads})"]
     for agent in (a.name for a in config.agents):
@@ -34,12 +39,10 @@ def run_summary(
             f"(steps {_span(last)}); last step: all-fail share "
             f"{last[-1]['all_fail_share']:.3f}, loss {last[-1].get('loss', float('nan')):.4f}"
         )
-    found = latest_checkpoint(run_dir / "checkpoints")
     lines.append(f"  metrics: {run_dir / 'metrics.jsonl'}")
-    if found is None:
+    if checkpoint is None:
         lines.append(f"  checkpoints: none in {run_dir / 'checkpoints'}")
         return lines
-    checkpoint = found[0]
     lines.append(f"  checkpoint: {checkpoint}")
     for agent in (a.name for a in config.agents):
         command = ["graft", "eval", "--model", str(checkpoint / agent)]

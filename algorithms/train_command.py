@@ -54,5 +54,5 @@ def run(args: argparse.Namespace) -> int:
         if args.fresh:
             remove_fresh(Path(config.run_dir))
         rows = trainer.train()
-    print("\n" + "\n".join(run_summary(config, rows, threads)))
+    print("\n" + "\n".join(run_summary(config, rows, threads, trainer.checkpoint)))
     return 0

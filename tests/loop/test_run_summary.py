@@ -15,8 +15,9 @@ def test_the_summary_names_the_checkpoint_the_reward_trend_and_the_eval_command(
     tmp_path, fresh_policies
 ):
     config = small_config(tmp_path / "run", "grpo", agents=("tiny-a",), steps=4)
-    rows = Trainer(config, policies=fresh_policies("tiny-a")).train()
-    lines = run_summary(config, rows, threads=1, window=2)
+    trainer = Trainer(config, policies=fresh_policies("tiny-a"))
+    rows = trainer.train()
+    lines = run_summary(config, rows, threads=1, checkpoint=trainer.checkpoint, window=2)
     text = "\n".join(lines)
     rewards = [r["reward_mean"] for r in rows if r["agent"] == "tiny-a"]
     first, last = (rewards[0] + rewards[1]) / 2, (rewards[2] + rewards[3]) / 2
@@ -38,7 +39,7 @@ def test_the_summary_names_the_checkpoint_the_reward_trend_and_the_eval_command(
 def test_a_run_without_checkpoints_says_so(tmp_path):
     config = small_config(tmp_path / "run", "grpo", agents=("tiny-a",))
     rows = [{"agent": "tiny-a", "step": 0, "reward_mean": 0.5, "all_fail_share": 0.0}]
-    lines = run_summary(config, rows, threads=2)
+    lines = run_summary(config, rows, threads=2, checkpoint=None)
     assert lines[0] == f"grpo: 2 steps in {tmp_path / 'run'} (threads: 2)"
     assert "tiny-a: reward 0.500 (steps 0) -> 0.500 (steps 0)" in lines[1]
     assert lines[-1] == f"  checkpoints: none in {tmp_path / 'run' / 'checkpoints'}"
