@@ -51,15 +51,6 @@ class Difference:
     seeds: int
     problems: int
 
-    def to_dict(self) -> dict[str, float | int]:
-        return {
-            "mean": self.mean,
-            "low": self.low,
-            "high": self.high,
-            "seeds": self.seeds,
-            "problems": self.problems,
-        }
-
 
 def _rates(record: Mapping[str, Any], problem_ids: Mapping[str, Sequence[str]]) -> list[np.ndarray]:
     """Per evaluation set, the success rate of every problem, in `problem_ids` order."""
