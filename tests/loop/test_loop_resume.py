@@ -21,6 +21,11 @@ def final_state(policies):
     return {a: {k: v.clone() for k, v in p.model.state_dict().items()} for a, p in policies.items()}
 
 
+def _kill_after_second_step(record):
+    if record.step == 1:
+        raise Killed
+
+
 def comparable(rows):
     return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
 
@@ -41,14 +46,9 @@ def reference(tmp_path_factory, fresh_policies):
 
 def test_resume_between_steps_reproduces_the_uninterrupted_run(tmp_path, fresh_policies, reference):
     config = small_config(tmp_path / "run", "graft", steps=3)
-
-    def kill_after_second_step(record):
-        if record.step == 1:
-            raise Killed
-
     with pytest.raises(Killed):
         Trainer(config, policies=fresh_policies("tiny-a", "tiny-b")).train(
-            on_step=kill_after_second_step
+            on_step=_kill_after_second_step
         )
     policies = fresh_policies("tiny-a", "tiny-b")
     rows = Trainer(config, policies=policies).train()
@@ -161,11 +161,6 @@ def test_a_checkpoint_whose_strategy_state_does_not_fit_is_refused(tmp_path, fre
         save_checkpoint(tmp_path / "run" / "checkpoints", 1, policies, state)
         with pytest.raises(CheckpointError, match=f"step_000001: .*{message}"):
             Trainer(config, policies=policies).open()
-
-
-def _kill_after_second_step(record):
-    if record.step == 1:
-        raise Killed
 
 
 def test_a_moved_run_resumes(tmp_path, fresh_policies, reference):
