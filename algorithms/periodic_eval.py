@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from algorithms.config_schema import Count, Positive
 from graft_env.data import Problem, load
 from graft_env.data.procedural import SKILLS
 
@@ -29,13 +30,13 @@ if TYPE_CHECKING:  # the policies pull in torch, which `graft train --help` must
 class EvalSpec:
     """What to evaluate during training (absent or `every: 0`: no evaluation)."""
 
-    every: int = 0
+    every: Count = 0
     datasets: tuple[str, ...] = ()
-    k: int = 8
+    k: Positive = 8
     limit: int | None = None
     temperature: float = 0.6
     top_p: float = 0.95
-    max_new_tokens: int = 512
+    max_new_tokens: Positive = 512
     seed: int = 0
     procedural: Mapping[str, Any] = field(
         default_factory=dict,

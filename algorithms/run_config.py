@@ -175,13 +175,6 @@ def _check(config: TrainConfig) -> None:
         raise ConfigError(
             f"stored_peer.agent: {config.stored_peer.agent!r} clashes with a live agent name"
         )
-    for key, (value, minimum) in {
-        "eval.every": (config.eval.every, 0),
-        "eval.k": (config.eval.k, 1),
-        "eval.max_new_tokens": (config.eval.max_new_tokens, 1),
-    }.items():
-        if value < minimum:
-            raise ConfigError(f"{key}: {value!r} must be >= {minimum}")
     from graft_env.data import available
 
     if config.env.dataset not in available():
