@@ -42,6 +42,9 @@ class EvalSpec:
         default_factory=dict,
         metadata={"help": "options of procedural/<skill> sets, e.g. {difficulty: 1}"},
     )
+    distinct: bool = field(
+        default=False, metadata={"help": "drop repeated problem texts within each set"}
+    )
     metric: str = field(
         default="average/pass@1", metadata={"help": "summary key that picks the best checkpoint"}
     )
@@ -59,9 +62,16 @@ def eval_sets(
     data_dir: str | os.PathLike | None,
     limit: int | None,
     procedural: Mapping[str, Any] | None = None,
+    distinct: bool = False,
 ) -> dict[str, list[Problem]]:
-    """Problems per named set; `procedural/<skill>` is that skill's held-out test set,
-    generated with the `procedural` options (difficulty, seed)."""
+    """Problems per named set (the first `limit`); `procedural/<skill>` is that skill's
+    held-out test set, generated with the `procedural` options (difficulty, seed).
+
+    distinct: keep only the first occurrence of each problem text among those `limit`
+    (a small procedural level draws the same question several times: 200 level-1
+    multiplication test items hold about 90 distinct questions), so that a bootstrap over
+    problems resamples independent problems.
+    """
     sets = {}
     for name in names:
         if name.startswith("procedural/"):
@@ -73,7 +83,19 @@ def eval_sets(
         else:
             problems = load(name, data_dir=data_dir)
             sets[name] = problems[:limit] if limit else problems
+    if distinct:
+        sets = {name: _distinct(problems) for name, problems in sets.items()}
     return sets
+
+
+def _distinct(problems: Sequence[Problem]) -> list[Problem]:
+    seen: set[str] = set()
+    kept = []
+    for problem in problems:
+        if problem.problem not in seen:
+            seen.add(problem.problem)
+            kept.append(problem)
+    return kept
 
 
 class PeriodicEvaluator:
@@ -83,7 +105,9 @@ class PeriodicEvaluator:
         self.spec = spec
         self.best_dir = run_dir / "best"
         self.sets = (
-            eval_sets(spec.datasets, data_dir, spec.limit, spec.procedural) if spec.every else {}
+            eval_sets(spec.datasets, data_dir, spec.limit, spec.procedural, spec.distinct)
+            if spec.every
+            else {}
         )
 
     def due(self, completed_steps: int, total_steps: int) -> bool:

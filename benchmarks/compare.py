@@ -51,7 +51,7 @@ def eval_problems(grid: GridSpec, limit: int | None) -> dict[str, list[Problem]]
     """The grid's evaluation sets, first `limit` problems each (`procedural/<skill>`:
     the skill's held-out test split with the grid's procedural options)."""
     data_dir = (grid.base.get("env") or {}).get("data_dir")
-    return eval_sets(grid.eval.sets, data_dir, limit, grid.eval.procedural)
+    return eval_sets(grid.eval.sets, data_dir, limit, grid.eval.procedural, grid.eval.distinct)
 
 
 def _write_json(path: Path, data: Mapping[str, Any]) -> None:

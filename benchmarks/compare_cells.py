@@ -88,6 +88,7 @@ def _periodic_eval(grid: GridSpec) -> dict[str, Any]:
         "every": grid.periodic.every,
         "datasets": list(plan.sets),
         "procedural": dict(plan.procedural),
+        "distinct": plan.distinct,
         "k": grid.periodic.k,
         "limit": grid.periodic.limit,
         "temperature": plan.temperature,

@@ -144,6 +144,9 @@ class EvalPlan:
     limit: Positive | None = field(
         default=None, metadata={"help": "first N problems per set (null: all)"}
     )
+    distinct: bool = field(
+        default=False, metadata={"help": "drop repeated problem texts among those N"}
+    )
     k: Positive = field(default=8, metadata={"help": "samples per problem"})
     temperature: Temperature = 0.6
     top_p: Share = 0.95

@@ -43,3 +43,13 @@ def test_procedural_options_reach_the_eval_sets():
     assert len(sets["procedural/gcd"]) == 6
     assert {p.extra["difficulty"] for p in sets["procedural/gcd"]} == {2}
     assert all(p.id.startswith("procedural/test/gcd/") for p in sets["procedural/gcd"])
+
+
+def test_distinct_keeps_the_first_occurrence_of_each_problem_text():
+    # level-1 multiplication has a small question space: 200 test items repeat questions
+    plain = eval_sets(["procedural/multiplication"], None, 200, {"difficulty": 1})
+    kept = eval_sets(["procedural/multiplication"], None, 200, {"difficulty": 1}, distinct=True)
+    texts = [p.problem for p in plain["procedural/multiplication"]]
+    distinct = kept["procedural/multiplication"]
+    assert len(distinct) == len(set(texts)) < len(texts)
+    assert [p.problem for p in distinct] == list(dict.fromkeys(texts))
