@@ -1,16 +1,19 @@
-"""The study's statistics: paired differences with bootstrap intervals, verdicts, power.
+"""The study's statistics: paired contrasts with bootstrap intervals, verdicts, power.
 
 Everything works on the per-problem success rates that `compare_report.cell_records`
 already carries (`record["problems"][set][problem_id]` = correct samples of that problem,
 `record["samples"][set]` = samples per problem), so the intervals come from the same numbers
 as the table.
 
-- `paired_difference`: mean difference of the average pass@1 (percentage points) between
-  two labels for one model, and its 95 % interval from a two-level bootstrap: seeds are
-  resampled with replacement (the two labels share a seed's prompt stream, so seeds are
-  paired), and the problems of every evaluation set are resampled with replacement (every
-  cell is evaluated on the same fixed problems, so problems are paired too). Both sources
-  of uncertainty enter the interval: the training seed and the finite test set.
+- `paired_contrast`: a weighted sum over labels of one model's average pass@1 (percentage
+  points; e.g. {GRAFT: 1, GRPO: -1}, or {stored: 1, GRAFT: -0.5, GRPO: -0.5}), the sets
+  weighted too (default: the unweighted mean of all sets), averaged over seeds, and its 95 %
+  interval from a two-level bootstrap: seeds are resampled with replacement (the labels
+  share a seed's prompt stream, so seeds are paired), and the problems of every evaluation
+  set are resampled with replacement (every cell is evaluated on the same fixed problems, so
+  problems are paired too). Both sources of uncertainty enter the interval: the training
+  seed and the finite test set. `paired_difference` (label minus baseline) and
+  `label_interval` (one label's mean) are its two common cases.
 - `verdict`: supported / refuted / unresolved for a hypothesis of the form
   "difference > 0" (superiority) or "difference >= -margin" (non-inferiority).
 - `seeds_needed`: the smallest number of seeds whose t-interval on a paired difference
@@ -33,6 +36,8 @@ _T975 = (
 )  # fmt: skip
 _Z975 = 1.960
 
+Record = Mapping[str, Any]  # one cell record of compare_report.cell_records
+
 
 def t975(df: int) -> float:
     """Two-sided 95 % quantile of Student's t with `df` degrees of freedom (normal above 30)."""
@@ -43,7 +48,8 @@ def t975(df: int) -> float:
 
 @dataclass(frozen=True)
 class Difference:
-    """A paired difference of average pass@1, in percentage points, with its 95 % interval."""
+    """A contrast of average pass@1 (a paired difference, or one label's mean), in
+    percentage points, with its 95 % interval."""
 
     mean: float
     low: float
@@ -52,7 +58,7 @@ class Difference:
     problems: int
 
 
-def _rates(record: Mapping[str, Any], problem_ids: Mapping[str, Sequence[str]]) -> list[np.ndarray]:
+def _rates(record: Record, problem_ids: Mapping[str, Sequence[str]]) -> list[np.ndarray]:
     """Per evaluation set, the success rate of every problem, in `problem_ids` order."""
     rates = []
     for name, ids in problem_ids.items():
@@ -73,15 +79,87 @@ def _rates(record: Mapping[str, Any], problem_ids: Mapping[str, Sequence[str]]) 
     return rates
 
 
-def _by_seed(records: Sequence[Mapping[str, Any]], label: str, model: str) -> dict[Any, Mapping]:
+def _by_seed(records: Sequence[Record], label: str, model: str) -> dict[Any, Record]:
     found = {r["seed"]: r for r in records if r["label"] == label and r["model"] == model}
     if not found:
         raise ValueError(f"no records for label {label!r} and model {model!r}")
     return found
 
 
+def _paired(cells: Mapping[str, Mapping[Any, Record]], model: str) -> dict[Any, dict[str, Record]]:
+    """Seed -> label -> record, for the seeds every trained label has; a label with a
+    single seed-less record (the untrained base) pairs with every one of them."""
+    seedless = {label for label, found in cells.items() if list(found) == [None]}
+    seeded = [set(found) for label, found in cells.items() if label not in seedless]
+    seeds = sorted(set.intersection(*seeded), key=str) if seeded else [None]
+    if not seeds:
+        raise ValueError(f"labels {list(cells)} share no seed for model {model!r}")
+    return {
+        s: {label: found[None if label in seedless else s] for label, found in cells.items()}
+        for s in seeds
+    }
+
+
+def paired_contrast(
+    records: Sequence[Record],
+    model: str,
+    label_weights: Mapping[str, float],
+    set_weights: Mapping[str, float] | None = None,
+    *,
+    resamples: int = 10_000,
+    seed: int = 0,
+) -> Difference:
+    """sum over labels L and sets S of label_weights[L] x set_weights[S] x the mean
+    per-problem pass@1 of L on S, for `model`, mean over the paired seeds, in points.
+
+    `set_weights` default: 1/|sets| on every evaluated set (the unweighted average);
+    sets it leaves out do not enter. Seeds pair by value (see `_paired`).
+    """
+    if not label_weights:
+        raise ValueError(f"paired_contrast for model {model!r}: no labels to weigh")
+    cells = _paired({label: _by_seed(records, label, model) for label in label_weights}, model)
+    seeds = list(cells)
+    first = next(iter(cells[seeds[0]].values()))
+    known = list(first["problems"])
+    if set_weights is None:
+        set_weights = dict.fromkeys(known, 1.0 / len(known))
+    unknown = [name for name in set_weights if name not in first["problems"]]
+    if unknown:
+        raise ValueError(f"paired_contrast: set {unknown[0]!r} is not one of {known}")
+    names = list(set_weights)
+    problem_ids = {name: sorted(first["problems"][name]) for name in names}
+    # per set: [seeds, problems], the weighted sum over labels of per-problem pass@1
+    contrast = [np.zeros((len(seeds), len(problem_ids[name]))) for name in names]
+    for label, weight in label_weights.items():
+        for row, s in enumerate(seeds):
+            for values, rates in zip(contrast, _rates(cells[s][label], problem_ids), strict=True):
+                values[row] += weight * rates
+    point = sum(set_weights[name] * d.mean() for name, d in zip(names, contrast, strict=True))
+    rng = np.random.default_rng(seed)
+    replicates = np.zeros(resamples)
+    seed_draws = rng.integers(0, len(seeds), size=(resamples, len(seeds)))
+    for name, d in zip(names, contrast, strict=True):
+        problem_draws = rng.integers(0, d.shape[1], size=(resamples, d.shape[1]))
+        per_seed = d[:, problem_draws].mean(axis=2)  # [seeds, resamples]
+        resampled = np.take_along_axis(per_seed.T, seed_draws, axis=1).mean(axis=1)
+        replicates += set_weights[name] * resampled
+    low, high = np.quantile(replicates, [0.025, 0.975])
+    return Difference(
+        mean=100 * float(point),
+        low=100 * float(low),
+        high=100 * float(high),
+        seeds=len(seeds),
+        problems=sum(len(ids) for ids in problem_ids.values()),
+    )
+
+
+def _mean_of(sets: Sequence[str] | None) -> dict[str, float] | None:
+    """Set weights of the unweighted mean over `sets` (None: over every evaluated set)."""
+    return None if sets is None else dict.fromkeys(sets, 1.0 / len(sets))
+
+
 def paired_difference(
-    records: Sequence[Mapping[str, Any]],
+    records: Sequence[Record],
     model: str,
     label: str,
     baseline: str,
@@ -96,43 +174,24 @@ def paired_difference(
     Seeds pair by value; a label with a single seed-less record (the untrained base)
     pairs with every seed of the other.
     """
-    treated, control = _by_seed(records, label, model), _by_seed(records, baseline, model)
-    if None in control and len(control) == 1:
-        control = dict.fromkeys(treated, control[None])
-    if None in treated and len(treated) == 1:
-        treated = dict.fromkeys(control, treated[None])
-    seeds = sorted(set(treated) & set(control), key=str)
-    if not seeds:
-        raise ValueError(f"{label!r} and {baseline!r} share no seed for model {model!r}")
-    first = treated[seeds[0]]
-    names = list(sets) if sets is not None else list(first["problems"])
-    problem_ids = {name: sorted(first["problems"][name]) for name in names}
-    per_seed = [
-        [
-            a - b
-            for a, b in zip(
-                _rates(treated[s], problem_ids), _rates(control[s], problem_ids), strict=True
-            )
-        ]
-        for s in seeds
-    ]
-    diffs = [np.stack([row[j] for row in per_seed]) for j in range(len(names))]  # [seeds, problems]
-    point = float(np.mean([d.mean() for d in diffs]))
-    rng = np.random.default_rng(seed)
-    replicates = np.zeros(resamples)
-    seed_draws = rng.integers(0, len(seeds), size=(resamples, len(seeds)))
-    for d in diffs:
-        problem_draws = rng.integers(0, d.shape[1], size=(resamples, d.shape[1]))
-        per_seed = d[:, problem_draws].mean(axis=2)  # [seeds, resamples]
-        replicates += np.take_along_axis(per_seed.T, seed_draws, axis=1).mean(axis=1)
-    replicates /= len(diffs)
-    low, high = np.quantile(replicates, [0.025, 0.975])
-    return Difference(
-        mean=100 * point,
-        low=100 * float(low),
-        high=100 * float(high),
-        seeds=len(seeds),
-        problems=sum(len(ids) for ids in problem_ids.values()),
+    weights = {label: 1.0}
+    weights[baseline] = weights.get(baseline, 0.0) - 1.0  # a label against itself: 0
+    return paired_contrast(records, model, weights, _mean_of(sets), resamples=resamples, seed=seed)
+
+
+def label_interval(
+    records: Sequence[Record],
+    model: str,
+    label: str,
+    *,
+    sets: Sequence[str] | None = None,
+    resamples: int = 10_000,
+    seed: int = 0,
+) -> Difference:
+    """One label's mean average pass@1 for `model` over its seeds, in points, with the
+    same two-level bootstrap interval (seeds and problems)."""
+    return paired_contrast(
+        records, model, {label: 1.0}, _mean_of(sets), resamples=resamples, seed=seed
     )
 
 

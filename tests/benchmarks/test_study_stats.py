@@ -1,4 +1,5 @@
-"""The study's paired bootstrap, verdicts and power calculation, on hand-made records."""
+"""The study's paired bootstrap (contrasts, one-label intervals), verdicts and power
+calculation, on hand-made records."""
 
 from __future__ import annotations
 
@@ -7,7 +8,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from benchmarks.study_stats import Difference, paired_difference, seeds_needed, t975, verdict
+from benchmarks.study_stats import (
+    Difference,
+    label_interval,
+    paired_contrast,
+    paired_difference,
+    seeds_needed,
+    t975,
+    verdict,
+)
 
 
 def record(label, seed, counts, samples=8, model="m"):
@@ -128,3 +137,111 @@ def test_a_result_without_its_sample_count_is_refused() -> None:
     records[0]["samples"]["x"] = None
     with pytest.raises(ValueError, match=r"no sample count.*re-evaluate"):
         paired_difference(records, "m", "a", "b")
+
+
+def noisy_records(labels=("a", "b", "c"), seeds=(0, 1, 2), problems=12, seed=0):
+    """Random counts of 8 per problem on two sets, every label on the same problems."""
+    rng = np.random.default_rng(seed)
+    return [
+        record(label, s, {"x": rng.integers(0, 9, problems), "y": rng.integers(0, 9, problems)})
+        for label in labels
+        for s in seeds
+    ]
+
+
+def as_tuple(d: Difference) -> tuple[float, float, float]:
+    return d.mean, d.low, d.high
+
+
+def test_a_contrast_of_plus_one_minus_one_is_the_paired_difference() -> None:
+    records = noisy_records()
+    contrast = paired_contrast(records, "m", {"a": 1.0, "b": -1.0}, resamples=2000)
+    difference = paired_difference(records, "m", "a", "b", resamples=2000)
+    assert as_tuple(contrast) == pytest.approx(as_tuple(difference))
+    assert (contrast.seeds, contrast.problems) == (3, 24)
+    assert contrast.high - contrast.low > 1.0  # noisy cells: a real interval
+
+
+def test_swapping_the_labels_negates_the_contrast_and_mirrors_its_interval() -> None:
+    records = noisy_records()
+    forward = paired_contrast(records, "m", {"a": 1.0, "b": -1.0}, resamples=2000)
+    backward = paired_contrast(records, "m", {"b": 1.0, "a": -1.0}, resamples=2000)
+    assert backward.mean == pytest.approx(-forward.mean)
+    assert (backward.low, backward.high) == pytest.approx((-forward.high, -forward.low))
+
+
+def test_zero_variance_cells_give_a_degenerate_interval_at_the_exact_value() -> None:
+    # every problem of every seed: a 6/8, b 2/8, c 4/8 (75 %, 25 %, 50 %)
+    records = [
+        record(label, s, {"x": [c] * 5, "y": [c] * 3})
+        for label, c in (("a", 6), ("b", 2), ("c", 4))
+        for s in (0, 1, 2)
+    ]
+    assert as_tuple(label_interval(records, "m", "a", resamples=300)) == (75.0, 75.0, 75.0)
+    # c - (a + b) / 2 = 50 - 50 = 0; 2c - a = 25
+    half = paired_contrast(records, "m", {"c": 1.0, "a": -0.5, "b": -0.5}, resamples=300)
+    assert as_tuple(half) == pytest.approx((0.0, 0.0, 0.0))
+    double = paired_contrast(records, "m", {"c": 2.0, "a": -1.0}, resamples=300)
+    assert as_tuple(double) == pytest.approx((25.0, 25.0, 25.0))
+
+
+def test_set_weights_select_and_weight_the_sets() -> None:
+    # a beats b by 50 points on x and loses by 25 on y, on every problem and seed
+    records = [
+        record(label, s, {"x": [x] * 4, "y": [y] * 6})
+        for label, x, y in (("a", 8, 2), ("b", 4, 4))
+        for s in (0, 1)
+    ]
+    on_x = paired_contrast(records, "m", {"a": 1.0, "b": -1.0}, {"x": 1.0}, resamples=300)
+    assert as_tuple(on_x) == (50.0, 50.0, 50.0) and on_x.problems == 4
+    on_y = paired_difference(records, "m", "a", "b", sets=["y"], resamples=300)
+    assert as_tuple(on_y) == (-25.0, -25.0, -25.0)
+    # x minus y, the shape of H7's weak-minus-own skill contrast: 50 - (-25) = 75
+    skills = paired_contrast(records, "m", {"a": 1.0, "b": -1.0}, {"x": 1.0, "y": -1.0})
+    assert skills.mean == pytest.approx(75.0)
+    # unweighted mean of the two sets: (50 - 25) / 2
+    both = paired_contrast(records, "m", {"a": 1.0, "b": -1.0}, resamples=300)
+    assert both.mean == pytest.approx(12.5)
+
+
+def test_a_one_label_interval_is_the_bootstrap_of_its_mean_over_seeds_and_problems() -> None:
+    records = [record("a", s, {"x": [0, 8]}) for s in (0, 1)]  # 0 % and 100 %: mean 50
+    result = label_interval(records, "m", "a", resamples=4000)
+    assert result.mean == pytest.approx(50.0) and (result.seeds, result.problems) == (2, 2)
+    # two problems resampled: 0, 50 or 100 with probability 1/4, 1/2, 1/4
+    assert (result.low, result.high) == (0.0, 100.0)
+    base = label_interval([record("base", None, {"x": [4, 4]})], "m", "base", resamples=100)
+    assert as_tuple(base) == (50.0, 50.0, 50.0) and base.seeds == 1
+
+
+def test_a_contrast_pairs_only_the_seeds_every_label_has() -> None:
+    records = [record("a", s, {"x": [8]}) for s in (0, 1, 2)] + [
+        record("b", s, {"x": [0]}) for s in (1, 2)
+    ]
+    records.append(record("base", None, {"x": [4]}))
+    result = paired_contrast(records, "m", {"a": 1.0, "b": -1.0, "base": 1.0}, resamples=100)
+    assert result.seeds == 2 and result.mean == pytest.approx(150.0)
+
+
+def test_contrasts_name_what_is_wrong() -> None:
+    records = [record("a", 0, {"x": [1]}), record("b", 0, {"x": [1]})]
+    with pytest.raises(ValueError, match=r"set 'z' is not one of \['x'\]"):
+        paired_contrast(records, "m", {"a": 1.0, "b": -1.0}, {"z": 1.0})
+    with pytest.raises(ValueError, match="no labels"):
+        paired_contrast(records, "m", {})
+    with pytest.raises(ValueError, match="no records for label 'c' and model 'n'"):
+        label_interval(records, "n", "c")
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.lists(st.integers(0, 8), min_size=6, max_size=6),
+    st.lists(st.integers(0, 8), min_size=6, max_size=6),
+    st.floats(-2.0, 2.0),
+)
+def test_a_contrast_is_linear_in_its_labels(a_counts, b_counts, weight) -> None:
+    records = [record("a", s, {"x": a_counts[3 * s : 3 * s + 3]}) for s in (0, 1)]
+    records += [record("b", s, {"x": b_counts[3 * s : 3 * s + 3]}) for s in (0, 1)]
+    a, b = (label_interval(records, "m", label, resamples=50).mean for label in ("a", "b"))
+    contrast = paired_contrast(records, "m", {"a": weight, "b": 1.0}, resamples=50)
+    assert contrast.mean == pytest.approx(weight * a + b, abs=1e-9)
