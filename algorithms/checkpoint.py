@@ -6,14 +6,16 @@ loop's own ``state.json`` (the step, and the exchange strategy's state under
 ``"exchange"``: `exchange_state`), and a ``MANIFEST.json`` listing the size and
 SHA-256 of every file. It is assembled under a temporary name and renamed into
 place only after the manifest is written, so a run killed mid-save leaves either
-nothing or a ``.tmp`` directory. On resume, a checkpoint whose manifest is missing
-or does not match its files is reported and skipped in favour of the previous good
-one; an intact one whose strategy state does not fit the run is refused
-(`CheckpointError`).
+nothing or a ``.tmp`` directory; a save that fails (a full disk) removes its partial
+files and raises an `OSError` naming the checkpoint and the free space. On resume, a
+checkpoint whose manifest is missing or does not match its files is reported and
+skipped in favour of the previous good one; an intact one whose strategy state does not
+fit the run is refused (`CheckpointError`).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -22,6 +24,8 @@ import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from safetensors import SafetensorError
 
 from algorithms.digests import file_record, mismatch
 from algorithms.exchange import ExchangeStrategy
@@ -58,16 +62,37 @@ def save_checkpoint(
     tmp = root / f"step_{step:06d}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    for name, policy in policies.items():
-        policy.save(tmp / name)
-    (tmp / "state.json").write_text(json.dumps(dict(state), indent=2, sort_keys=True))
-    (tmp / "MANIFEST.json").write_text(json.dumps(_manifest(tmp), indent=2))
+    try:
+        for name, policy in policies.items():
+            policy.save(tmp / name)
+        (tmp / "state.json").write_text(json.dumps(dict(state), indent=2, sort_keys=True))
+        (tmp / "MANIFEST.json").write_text(json.dumps(_manifest(tmp), indent=2))
+    except (OSError, SafetensorError, RuntimeError) as error:
+        # A full disk: safetensors and torch.save do not say which file (torch not even
+        # that the disk is full), so the error names the checkpoint and the free space
+        # (measured first). The partial files go, so a retry has their room; the older
+        # checkpoints stay.
+        failure = _write_error(error, step, final)
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise failure from error
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
     for old in sorted(_checkpoints(root))[:-keep]:
         shutil.rmtree(old[1], ignore_errors=True)
     return final
+
+
+def _write_error(error: BaseException, step: int, final: Path) -> OSError:
+    """One line: what failed and the free space, with the checkpoint as the file name."""
+    reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+    free = shutil.disk_usage(final.parent).free / 2**20
+    return OSError(
+        error.errno if isinstance(error, OSError) else errno.EIO,
+        f"checkpoint step {step} was not saved ({' '.join(reason.split())}; "
+        f"{free:.1f} MiB free on its file system); its partial files were removed",
+        str(final),
+    )
 
 
 def _checkpoints(root: Path) -> list[tuple[int, Path]]:

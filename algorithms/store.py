@@ -69,11 +69,20 @@ class StoreCorruptError(StoreError):
 
 
 def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write `path` whole or not at all; a failed write (a full disk, whose `OSError` names
+    no file) is an `OSError` naming `path`, and leaves no temporary file taking space."""
     tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
+    try:
+        with tmp.open("wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except OSError as error:
+        tmp.unlink(missing_ok=True)
+        reason = error.strerror or str(error)
+        raise OSError(
+            error.errno, f"{reason}; the trajectory store file was not written", str(path)
+        ) from error
     os.replace(tmp, path)
 
 
