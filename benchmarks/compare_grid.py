@@ -193,13 +193,17 @@ class GridFile:
     threads: Positive | None = field(
         default=None, metadata={"help": "torch threads (null: $OMP_NUM_THREADS, else 1)"}
     )
+    workers: Positive = field(
+        default=1, metadata={"help": "cells run at once, each in a process with `threads`"}
+    )
 
 
 @dataclass(frozen=True)
 class GridSpec:
     """A validated grid. `base` is the merged run config every cell starts from; `threads`
     sets torch's CPU threads while the grid runs (None: as for `graft train`,
-    $OMP_NUM_THREADS, else 1; a cell's own `threads` is not used)."""
+    $OMP_NUM_THREADS, else 1; a cell's own `threads` is not used); `workers` cells run at
+    once, each in its own process with those threads. Neither enters a cell's hash."""
 
     name: str
     base: Mapping[str, Any]
@@ -211,6 +215,7 @@ class GridSpec:
     eval: EvalPlan
     periodic: PeriodicPlan | None
     threads: int | None
+    workers: int
 
 
 def agent_name(model: str) -> str:
@@ -284,10 +289,12 @@ def _algorithms(
 
 
 def default_own_skills(model: str) -> tuple[str, ...] | None:
-    """A tiny-pair member's own skills from the pair's build config; None for other models."""
-    from graft_env.policies.tiny_config import TinyPairConfig
+    """A built-in pair member's own skills (tiny pair, testbed) from its build config;
+    None for other models."""
+    from graft_env.policies.tiny_config import pair_of
 
-    specs = {spec.name: spec.skills for spec in TinyPairConfig().models}
+    config = pair_of(model)
+    specs = {spec.name: spec.skills for spec in config.models} if config else {}
     return specs.get(model)
 
 
@@ -371,6 +378,7 @@ def grid_from_dict(data: Any, directory: Path = Path("."), name: str = "grid") -
         eval=raw.eval,
         periodic=periodic,
         threads=raw.threads,
+        workers=raw.workers,
     )
 
 

@@ -198,3 +198,11 @@ def test_the_config_hash_follows_the_resolved_preset_not_only_its_name(tmp_path,
     after = hashes()
     differs = sorted(cell for cell in before if before[cell] != after[cell])
     assert differs == [f"graft/tiny-a+tiny-b/seed{seed}" for seed in (0, 1)]
+
+
+def test_testbed_members_get_their_own_skills_from_the_testbed_build_config():
+    from benchmarks.compare_grid import default_own_skills
+
+    assert default_own_skills("testbed-a") == ("addition", "multiplication", "linear_equation")
+    assert default_own_skills("testbed-b") == ("subtraction", "modular", "gcd")
+    assert default_own_skills("some/other/model") is None
