@@ -291,10 +291,25 @@ def config_from_dict(data: Mapping[str, Any], overrides: Sequence[str] = ()) -> 
     return config
 
 
+def check_env(env: EnvSpec) -> None:
+    """Load the prompt stream as the run will (split, option names and values, data files):
+    the run loads it only after its models, minutes later with real ones. Not part of
+    `_check`, which every config a grid builds goes through: loading takes a moment (0.3 s
+    for the default procedural set)."""
+    from graft_env.data import load
+
+    try:
+        load(env.dataset, env.split, env.data_dir, **env.dataset_options)
+    except (ValueError, TypeError) as error:  # DatasetError, or a loader's own type check
+        raise ConfigError(f"env: {error}") from None
+
+
 def load_config(path: str | os.PathLike, overrides: Sequence[str] = ()) -> TrainConfig:
-    """Read a YAML run config, apply overrides, validate."""
+    """Read a YAML run config, apply overrides, validate (the prompt stream too: `check_env`)."""
     data = read_yaml_mapping(path)
     try:
-        return config_from_dict(data, overrides)
+        config = config_from_dict(data, overrides)
+        check_env(config.env)
     except ConfigError as error:
         raise ConfigError(f"{path}: {error}") from None
+    return config
