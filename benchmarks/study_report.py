@@ -1,0 +1,722 @@
+"""The report of the pre-registered study (issue 16; docs/study/PREREGISTRATION.md).
+
+    python -m benchmarks.study_report --grid configs/grids/study.yaml \\
+        --runs runs/compare/study --out docs/results/study
+
+Reads the grid's finished cells (`compare.finished_results`: a partly run grid gives a
+partial report, and a hypothesis whose labels have no finished cell is listed as "not
+run") and writes to --out:
+
+- README.md: the paper-style table (per model and label: mean average pass@1 over seeds
+  with a 95 % interval from a bootstrap over seeds and problems, Δ vs GRPO n=8 with its
+  paired interval, weak-skill pass@1, rescue share, rollouts and wall time per cell), the
+  per-skill table, each hypothesis per model (estimate, interval, verdict), the smallest
+  difference the setup resolves (the half-width of H1's interval), the exchange funnel
+  totals, and the plots;
+- results.json: every number of the README and the plotted curves;
+- learning_curves.png / learning_curves_weak.png: periodic-evaluation pass@1 (average of
+  the sets / of the model's weak skills), one panel per family against GRPO n=8, one row
+  per model, mean ± std over seeds;
+- funnel.png: the exchange funnel over training of the cells that exchange, per
+  direction (gate candidates, kept prompts, transferred and admitted responses, clipped
+  peer-token share, s), mean over seeds.
+
+The hypotheses are the pre-registered ones (`HYPOTHESES`); their labels are the study
+grid's. The statistics are `benchmarks.study_stats`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.ticker import MaxNLocator
+
+from algorithms.metrics import read_rows
+from benchmarks.compare import finished_results
+from benchmarks.compare_cells import plan_cells
+from benchmarks.compare_grid import GridError, GridSpec, load_grid
+from benchmarks.compare_plots import Curve, band
+from benchmarks.compare_report import (
+    Record,
+    cell_records,
+    compute_rows,
+    provenance_summary,
+    set_names,
+    table_rows,
+)
+from benchmarks.study_stats import label_interval, paired_contrast, paired_difference, verdict
+from graft_env.policies.tiny_config import pair_of
+
+GRPO8, GRPO32, GRAFT = "GRPO n=8", "GRPO n=32", "GRAFT"
+NO_COMPAT, NO_FLOOR = "GRAFT w/o compat. weights", "GRAFT w/o floor"
+NO_BALANCE, STORED = "GRAFT w/o balancing", "GRAFT stored"
+NO_GAIN = "unresolved (no live gain to keep)"
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    """A pre-registered claim: `labels` weights of a paired contrast that the claim says is
+    > -margin (margin 0: superiority; > 0: non-inferiority by `margin` points)."""
+
+    name: str
+    claim: str
+    labels: Mapping[str, float]
+    margin: float = 0.0
+    skills: bool = False  # sets weighted +1/|weak| on the weak skills, -1/|own| on the own
+
+
+HYPOTHESES = (
+    Hypothesis("H1", f"{GRAFT} > {GRPO8}", {GRAFT: 1.0, GRPO8: -1.0}),
+    Hypothesis("H2", f"{GRAFT} >= {GRPO32} (margin 1 point)", {GRAFT: 1.0, GRPO32: -1.0}, 1.0),
+    Hypothesis("H3", "compatibility weighting helps", {GRAFT: 1.0, NO_COMPAT: -1.0}),
+    Hypothesis("H4", "the floor helps", {GRAFT: 1.0, NO_FLOOR: -1.0}),
+    Hypothesis("H5", "balancing helps", {GRAFT: 1.0, NO_BALANCE: -1.0}),
+    Hypothesis(
+        "H6",
+        "stored peers keep more than half of the live gain",
+        {STORED: 1.0, GRAFT: -0.5, GRPO8: -0.5},
+    ),
+    Hypothesis(
+        "H7",
+        "the gain comes from the weak skills (weak minus own)",
+        {GRAFT: 1.0, GRPO8: -1.0},
+        skills=True,
+    ),
+)
+
+# one panel per family, each against GRPO n=8; every label keeps its style in every figure
+FAMILIES = {
+    "budgets": (GRPO8, GRPO32),
+    "GRAFT controls": (GRPO8, GRAFT, NO_COMPAT, NO_FLOOR, NO_BALANCE),
+    "stored peer": (GRPO8, GRAFT, STORED),
+}
+STYLES = {  # colour, line style, marker
+    GRPO8: ("black", "-", "o"),
+    GRPO32: ("tab:blue", "--", "s"),
+    GRAFT: ("tab:red", "-", "^"),
+    NO_COMPAT: ("tab:orange", "--", "v"),
+    NO_FLOOR: ("tab:green", "-.", "D"),
+    NO_BALANCE: ("tab:purple", ":", "P"),
+    STORED: ("tab:brown", (0, (5, 1, 1, 1, 1, 1)), "X"),
+}
+FUNNEL = {  # row of funnel.png -> y label
+    "gate_candidates": "gate candidates\n(prompts / step)",
+    "prompts": "kept by balancing\n(prompts / step)",
+    "transferred": "transferred\n(responses / step)",
+    "admitted": "admitted by the floor\n(responses / step)",
+    "clipped_share_peer": "clipped share of\npeer tokens",
+    "s": "compatibility s: mean\n(GRAFT: p10-p90 band)",
+}
+COUNTS = ("gate_candidates", "prompts", "transferred", "admitted")  # summed over steps
+SMOOTH = 8  # funnel.png: centred moving average over this many steps
+
+
+def pct(value: float | None, unit: str = "") -> str:
+    return "–" if value is None else f"{100 * value:.1f}{unit}"
+
+
+def ci(d: Mapping[str, float] | None, signed: bool = False) -> str:
+    """`[low, high]` of an interval dict, in points."""
+    form = "{:+.1f}" if signed else "{:.1f}"
+    return "–" if d is None else f"[{form.format(d['low'])}, {form.format(d['high'])}]"
+
+
+def points(d: Mapping[str, float] | None, signed: bool = False) -> str:
+    """`mean [low, high]` of an interval dict, in points."""
+    form = "{:+.1f}" if signed else "{:.1f}"
+    return "–" if d is None else f"{form.format(d['mean'])} {ci(d, signed)}"
+
+
+def with_own_skills(result: Mapping[str, Any]) -> dict[str, Any]:
+    """The result with every pair member's own skills; a built-in pair member's come from
+    its build config where the result has none (`compare_grid.default_own_skills` knows
+    only the tiny pair, so the testbed's cells are written without them)."""
+    own = dict(result.get("own_skills") or {})
+    for agent in result["pair"]:
+        config = pair_of(agent)
+        if agent not in own and config is not None:
+            own[agent] = next(list(s.skills) for s in config.models if s.name == agent)
+    return {**result, "own_skills": own}
+
+
+def skill_sets(records: Sequence[Record], model: str) -> tuple[list[str], list[str]]:
+    """(weak, own) evaluation sets of `model`: its peer's own skills, and its own."""
+    names = set_names(records)
+    record = next(r for r in records if r["model"] == model)
+
+    def sets(agent: str | None) -> list[str]:
+        skills = record["own_skills"].get(agent or "", [])
+        return [f"procedural/{s}" for s in skills if f"procedural/{s}" in names]
+
+    return sets(record["peer"]), sets(model)
+
+
+def _has(records: Sequence[Record], model: str, label: str) -> bool:
+    return any(r["model"] == model and r["label"] == label for r in records)
+
+
+def _find(rows: Sequence[Record], model: str, label: str) -> Record | None:
+    return next((r for r in rows if r["model"] == model and r["label"] == label), None)
+
+
+def assess(
+    records: Sequence[Record], model: str, hypothesis: Hypothesis, **bootstrap: int
+) -> dict[str, Any]:
+    """One hypothesis for one model: its contrast, interval and verdict, or "not run"."""
+    entry: dict[str, Any] = {
+        "hypothesis": hypothesis.name,
+        "claim": hypothesis.claim,
+        "model": model,
+        "labels": dict(hypothesis.labels),
+        "margin": hypothesis.margin,
+        "set_weights": None,
+        "estimate": None,
+        "verdict": "not run",
+        "details": {},
+    }
+    missing = [label for label in hypothesis.labels if not _has(records, model, label)]
+    if missing:
+        entry["details"]["not_run"] = f"no finished cells of {', '.join(missing)}"
+        return entry
+    if hypothesis.skills:
+        weak, own = skill_sets(records, model)
+        if not weak or not own:
+            entry["details"]["not_run"] = "the models' own skills are not known"
+            return entry
+        entry["set_weights"] = {
+            **dict.fromkeys(weak, 1.0 / len(weak)),
+            **dict.fromkeys(own, -1.0 / len(own)),
+        }
+    estimate = paired_contrast(records, model, hypothesis.labels, entry["set_weights"], **bootstrap)
+    entry["estimate"] = asdict(estimate)
+    entry["verdict"] = verdict(estimate, hypothesis.margin)
+    return entry
+
+
+def hypothesis_results(
+    records: Sequence[Record],
+    model: str,
+    rows: Sequence[Record],
+    compute: Sequence[Record],
+    **bootstrap: int,
+) -> list[dict[str, Any]]:
+    """Every pre-registered hypothesis for `model`, with the numbers that go with it:
+    H2 the rollout share, H6 the retention ratio (H6 is unresolved without H1's live
+    gain), H7 the differences on weak and own skills alone and the rescue shares."""
+    entries = {h.name: assess(records, model, h, **bootstrap) for h in HYPOTHESES}
+    h1, h6, h7 = entries["H1"], entries["H6"], entries["H7"]
+    graft_cost, grpo32_cost = _find(compute, model, GRAFT), _find(compute, model, GRPO32)
+    if entries["H2"]["estimate"] and graft_cost and grpo32_cost:
+        ours, theirs = graft_cost["rollouts_to_checkpoint"], grpo32_cost["rollouts_to_checkpoint"]
+        entries["H2"]["details"]["rollout_share"] = ours / theirs if ours and theirs else None
+    if h6["estimate"]:
+        stored = _find(rows, model, STORED)["delta"]
+        gain = h1["estimate"]["mean"]
+        h6["details"]["retention"] = stored["mean"] / gain if gain else None
+        if h1["verdict"] != "supported":
+            h6["details"]["contrast_verdict"] = h6["verdict"]
+            h6["verdict"] = NO_GAIN
+    if h7["estimate"]:
+        weak, own = skill_sets(records, model)
+        for name, sets in (("weak", weak), ("own", own)):
+            difference = paired_difference(records, model, GRAFT, GRPO8, sets=sets, **bootstrap)
+            h7["details"][f"{name}_skills_delta"] = asdict(difference)
+        for label in (GRAFT, GRPO8):
+            h7["details"][f"rescue {label}"] = _find(rows, model, label)["rescue"]
+    return list(entries.values())
+
+
+def study_table(
+    records: Sequence[Record], labels: Sequence[str], baseline: str, **bootstrap: int
+) -> list[Record]:
+    """`compare_report.table_rows` (per-set means, weak skills, rescue share) with each
+    row's 95 % interval of the mean average pass@1 and its paired Δ vs `baseline`."""
+    rows = table_rows(records, baseline, labels)
+    for row in rows:
+        model, label = row["model"], row["label"]
+        row["interval"] = asdict(label_interval(records, model, label, **bootstrap))
+        against = label != baseline and _has(records, model, baseline)
+        delta = paired_difference(records, model, label, baseline, **bootstrap) if against else None
+        row["delta"] = None if delta is None else asdict(delta)
+    return rows
+
+
+# ---- curves: the periodic evaluation and the exchange, from each cell's metrics.jsonl
+
+
+Logs = Mapping[str, Sequence[Mapping[str, Any]]]  # cell id -> its run's metrics rows
+
+
+def metrics_logs(runs: Path, results: Sequence[Mapping[str, Any]]) -> dict[str, list[dict]]:
+    """Each cell's metrics log (none for a base cell, which does not train)."""
+    logs = {}
+    for result in results:
+        path = runs / "cells" / result["cell"] / "run" / "metrics.jsonl"
+        logs[result["cell"]] = [row for _, row in read_rows(path)] if path.is_file() else []
+    return logs
+
+
+def eval_series(
+    rows: Sequence[Mapping[str, Any]], agent: str, sets: Sequence[str] | None
+) -> dict[int, float]:
+    """Updates completed -> periodic-evaluation pass@1 of `agent`: the average of all sets
+    (`sets` None) or the mean over `sets`."""
+    series = {}
+    for row in rows:
+        if row["agent"] == agent and "eval/average/pass@1" in row:
+            values = [row[f"eval/{name}/pass@1"] for name in sets or ()]
+            series[row["step"] + 1] = float(np.mean(values)) if sets else row["eval/average/pass@1"]
+    return series
+
+
+def learning_curves(
+    results: Sequence[Mapping[str, Any]], logs: Logs, records: Sequence[Record], weak: bool
+) -> dict[tuple[str, str], Curve]:
+    """(model, label) -> mean ± std over seeds of the periodic evaluation (average of the
+    sets, or of the model's weak skills)."""
+    series: dict[tuple[str, str], list[dict[int, float]]] = defaultdict(list)
+    for result in results:
+        for agent in result["models"]:
+            sets = skill_sets(records, agent)[0] if weak else None
+            if weak and not sets:
+                continue
+            found = eval_series(logs[result["cell"]], agent, sets)
+            if found:
+                series[(agent, result["label"])].append(found)
+    return {key: band(members) for key, members in series.items()}
+
+
+def _direction_values(row: Mapping[str, Any]) -> tuple[str, dict[str, float]] | None:
+    """(source, funnel values) of the direction `row`'s agent received in, if any."""
+    pattern = re.compile(rf"exchange/(.+)->{re.escape(row['agent'])}/prompts")
+    sources = [m.group(1) for key in row if (m := pattern.fullmatch(key))]
+    if not sources:
+        return None
+    prefix = f"exchange/{sources[0]}->{row['agent']}"
+    values = {
+        "gate_candidates": row.get(f"{prefix}/gate_candidates", row[f"{prefix}/candidates"]),
+        "prompts": row[f"{prefix}/prompts"],
+        "transferred": row[f"{prefix}/transferred"],
+        "admitted": row[f"{prefix}/admitted"],
+    }
+    if row.get("loss_fn/peer_tokens"):  # no peer token in the update: no share to clip
+        values["clipped_share_peer"] = row["clipped_share_peer"]
+    if row.get("exchange/s/count"):
+        for name in ("count", "mean", "p10", "p90"):
+            values[f"s_{name}"] = row[f"exchange/s/{name}"]
+    return sources[0], values
+
+
+def seed_mean(series: Sequence[Mapping[int, float]]) -> dict[str, list[float]]:
+    """Per step: the mean over the seeds that have a value, and how many do."""
+    steps = sorted(set().union(*series))
+    present = [[s[step] for s in series if step in s] for step in steps]
+    return {
+        "step": steps,
+        "mean": [float(np.mean(values)) for values in present],
+        "seeds": [len(values) for values in present],
+    }
+
+
+def funnel(results: Sequence[Mapping[str, Any]], logs: Logs) -> dict[str, dict[str, Any]]:
+    """label -> "S->R" -> per funnel quantity the per-step mean over seeds, and totals:
+    per seed the sum over steps, then the mean over seeds (s: mean of every transferred
+    response's s; clipped share: mean over the steps with peer tokens)."""
+    per_seed: dict[tuple[str, str], list[dict[str, dict[int, float]]]] = defaultdict(list)
+    for result in results:
+        for agent in result["models"]:
+            values: dict[str, dict[int, float]] = defaultdict(dict)
+            source = None
+            for row in logs[result["cell"]]:
+                found = _direction_values(row) if row["agent"] == agent else None
+                if found:
+                    source = found[0]
+                    for name, value in found[1].items():
+                        values[name][row["step"]] = float(value)
+            if source is not None:
+                per_seed[(result["label"], f"{source}->{agent}")].append(values)
+    out: dict[str, dict[str, Any]] = defaultdict(dict)
+    for (label, direction), seeds in per_seed.items():
+        names = sorted(set().union(*seeds))
+        curves = {name: seed_mean([s[name] for s in seeds if name in s]) for name in names}
+        totals = {name: float(np.mean([sum(s[name].values()) for s in seeds])) for name in COUNTS}
+        totals["admitted_share"] = (
+            totals["admitted"] / totals["transferred"] if totals["transferred"] else None
+        )
+        clipped = [v for s in seeds for v in s.get("clipped_share_peer", {}).values()]
+        totals["clipped_share_peer"] = float(np.mean(clipped)) if clipped else None
+        totals["mean_s"] = _pooled_s(seeds)
+        out[label][direction] = {"seeds": len(seeds), "totals": totals, "curves": curves}
+    return dict(out)
+
+
+def _pooled_s(seeds: Sequence[Mapping[str, Mapping[int, float]]]) -> float | None:
+    """Mean s over every scored response of every step and seed (each step's mean
+    weighted by the responses it scored)."""
+    weighted = [(s["s_mean"][t], s["s_count"][t]) for s in seeds for t in s.get("s_mean", {})]
+    count = sum(n for _, n in weighted)
+    return sum(m * n for m, n in weighted) / count if count else None
+
+
+# ---- plots
+
+
+def _style(label: str) -> dict[str, Any]:
+    colour, line, marker = STYLES[label]
+    return {"color": colour, "linestyle": line, "marker": marker, "markersize": 4}
+
+
+def _legend(figure: Figure, labels: Sequence[str]) -> None:
+    handles = [Line2D([], [], label=label, **_style(label)) for label in labels]
+    figure.legend(handles=handles, loc="lower center", ncol=min(4, len(handles)), frameon=False)
+
+
+def plot_learning(
+    curves: Mapping[tuple[str, str], Curve], models: Sequence[str], path: Path, title: str
+) -> Path:
+    """Rows: models; columns: families; pass@1 in % with a ± std band over seeds."""
+    figure = Figure(figsize=(4.6 * len(FAMILIES), 3.2 * len(models) + 1.2))
+    axes = figure.subplots(len(models), len(FAMILIES), squeeze=False, sharex=True)
+    drawn: list[str] = []
+    for row, model in zip(axes, models, strict=True):
+        for axis, (family, labels) in zip(row, FAMILIES.items(), strict=True):
+            for label in labels:
+                curve = curves.get((model, label))
+                if curve is None:
+                    continue
+                mean, std = np.array(curve["mean"]) * 100, np.array(curve["std"]) * 100
+                axis.plot(curve["step"], mean, **_style(label))
+                colour = STYLES[label][0]
+                axis.fill_between(curve["step"], mean - std, mean + std, color=colour, alpha=0.12)
+                drawn.append(label)
+            axis.set_title(f"{model}: {family}", fontsize=10)
+            axis.grid(alpha=0.3)
+            axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+        row[0].set_ylabel("pass@1 (%)")
+    for axis in axes[-1]:
+        axis.set_xlabel("updates (training steps completed)")
+    _legend(figure, list(dict.fromkeys(label for label in STYLES if label in drawn)))
+    figure.suptitle(title)
+    figure.tight_layout(rect=(0, 0.07, 1, 1))
+    figure.savefig(path, dpi=110)
+    return path
+
+
+def _smoothed(values: Sequence[float]) -> np.ndarray:
+    """Centred moving average over SMOOTH points (fewer at the ends)."""
+    array = np.asarray(values, dtype=np.float64)
+    half = SMOOTH // 2
+    return np.array([array[max(0, i - half) : i + SMOOTH - half].mean() for i in range(len(array))])
+
+
+def plot_funnel(data: Mapping[str, Mapping[str, Any]], path: Path) -> Path:
+    """Rows: funnel quantities; columns: directions (S->R); one line per exchanging label,
+    and GRAFT's p10-p90 band of s (one band: several would hide each other)."""
+    directions = sorted({d for by_direction in data.values() for d in by_direction})
+    figure = Figure(figsize=(6.2 * len(directions), 2.2 * len(FUNNEL) + 1.2))
+    axes = figure.subplots(len(FUNNEL), len(directions), squeeze=False, sharex=True)
+    for column, direction in enumerate(directions):
+        source, receiver = direction.split("->")
+        axes[0][column].set_title(f"{source} → {receiver}", fontsize=10)
+        for label, by_direction in data.items():
+            curves = by_direction.get(direction, {}).get("curves", {})
+            for row, name in enumerate(FUNNEL):
+                curve = curves.get("s_mean" if name == "s" else name)
+                if curve and curve["step"]:
+                    smooth = _smoothed(curve["mean"])
+                    axes[row][column].plot(curve["step"], smooth, **_style(label), markevery=8)
+            if label == GRAFT and "s_p10" in curves:
+                low, high = curves["s_p10"], curves["s_p90"]
+                band = _smoothed(low["mean"]), _smoothed(high["mean"])
+                axes[-1][column].fill_between(low["step"], *band, color="tab:red", alpha=0.12)
+    for row, ylabel in enumerate(FUNNEL.values()):
+        axes[row][0].set_ylabel(ylabel, fontsize=9)
+        for axis in axes[row]:
+            axis.grid(alpha=0.3)
+    for axis in axes[-1]:
+        axis.set_xlabel("training step")
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+    _legend(figure, [label for label in STYLES if label in data])
+    figure.suptitle(f"Exchange funnel: mean over seeds, {SMOOTH}-step moving average")
+    figure.tight_layout(rect=(0, 0.05, 1, 0.98))
+    figure.savefig(path, dpi=110)
+    return path
+
+
+# ---- the report
+
+
+def analyse(
+    grid: GridSpec, runs: str | Path, *, resamples: int = 10_000, seed: int = 0
+) -> dict[str, Any]:
+    """Every number of the report, from the grid's finished cells under `runs`."""
+    runs = Path(runs)
+    results = [with_own_skills(r) for r in finished_results(grid, runs)]
+    logs = metrics_logs(runs, results)
+    records = cell_records(results)
+    labels = [entry.label for entry in grid.algorithms]
+    bootstrap = {"resamples": resamples, "seed": seed}
+    rows = study_table(records, labels, grid.baseline, **bootstrap)
+    compute = compute_rows(records, labels)
+    models = list(dict.fromkeys(row["model"] for row in rows))
+    hypotheses = [
+        entry
+        for model in models
+        for entry in hypothesis_results(records, model, rows, compute, **bootstrap)
+    ]
+    resolution = {
+        e["model"]: (e["estimate"]["high"] - e["estimate"]["low"]) / 2 if e["estimate"] else None
+        for e in hypotheses
+        if e["hypothesis"] == "H1"
+    }
+    own = {model: skill_sets(records, model) for model in models}
+    return {
+        "grid": grid.name,
+        "baseline": grid.baseline,
+        "labels": labels,
+        "sets": set_names(records),
+        "skills": {m: {"weak": weak, "own": mine} for m, (weak, mine) in own.items()},
+        "cells": {
+            "finished": len(results),
+            "planned": len(plan_cells(grid, runs)),
+            "seconds": sum(r["timings"]["cell_seconds"] for r in results),
+        },
+        "bootstrap": bootstrap,
+        "table": rows,
+        "compute": compute,
+        "hypotheses": hypotheses,
+        "resolution": resolution,
+        "learning_curves": {
+            kind: [
+                {"model": m, "label": label, **curve}
+                for (m, label), curve in learning_curves(results, logs, records, weak).items()
+            ]
+            for kind, weak in (("average", False), ("weak_skills", True))
+        },
+        "funnel": funnel(results, logs),
+        "provenance": provenance_summary(results),
+    }
+
+
+def _hypothesis_detail(entry: Mapping[str, Any]) -> str:
+    details = entry["details"]
+    if "not_run" in details:
+        return details["not_run"]
+    parts = []
+    if details.get("rollout_share") is not None:
+        parts.append(f"{GRAFT} used {details['rollout_share']:.0%} of {GRPO32}'s rollouts")
+    if "retention" in details:
+        ratio = details["retention"]
+        parts.append("retention " + ("–" if ratio is None else f"{ratio:.2f}"))
+        if "contrast_verdict" in details:
+            parts.append(f"contrast alone: {details['contrast_verdict']}")
+    if "weak_skills_delta" in details:
+        parts.append(f"Δ on weak skills {points(details['weak_skills_delta'], True)}")
+        parts.append(f"on own skills {points(details['own_skills_delta'], True)}")
+        rescue = [f"{label} {pct(details[f'rescue {label}'], ' %')}" for label in (GRAFT, GRPO8)]
+        parts.append("rescue share " + " vs ".join(rescue))
+    return "; ".join(parts)
+
+
+def _table(header: Sequence[str], lines: Sequence[Sequence[str]], align: str = "") -> list[str]:
+    """A markdown table; `align` per column, "l" or "r" (default: two "l", then "r")."""
+    align = align or "ll" + "r" * (len(header) - 2)
+    rule = "|" + "".join("---|" if a == "l" else "---:|" for a in align)
+    return ["| " + " | ".join(header) + " |", rule] + ["| " + " | ".join(c) + " |" for c in lines]
+
+
+def _cost(compute: Sequence[Record], row: Record, column: str) -> str:
+    found = _find(compute, row["model"], row["label"])
+    return "–" if found is None or found[column] is None else f"{found[column]:.0f}"
+
+
+def render(report: Mapping[str, Any]) -> str:
+    """README.md: the tables, hypotheses, resolution, funnel totals and plots."""
+    baseline, rows, compute = report["baseline"], report["table"], report["compute"]
+    cells = report["cells"]
+    lines = [
+        f"# Results of the pre-registered study (grid `{report['grid']}`)",
+        "",
+        "Generated by `python -m benchmarks.study_report`; every number is also in "
+        f"`results.json`. Cells finished: {cells['finished']} of {cells['planned']}, "
+        f"{cells['seconds'] / 60:.0f} min of cell wall time in all (summed over cells; a "
+        "resumed cell counts its last invocation). Design, hypotheses and analysis: "
+        "`docs/study/PREREGISTRATION.md`.",
+        "",
+        "## Table",
+        "",
+    ]
+    header = ["updated model (peer)", "algorithm", "seeds", "average pass@1 [95 % CI]"]
+    header += [f"Δ vs {baseline} [95 % CI]", "weak skills", "rescue share"]
+    header += ["rollouts (model)", "rollouts (cell)", "cell wall s"]
+    body = [
+        [
+            f"{row['model']} ({row['peer']})",
+            row["label"],
+            str(row["average_n"]),
+            points(row["interval"]),
+            points(row["delta"], signed=True),
+            pct(row["weak_skills"]),
+            pct(row["rescue"]),
+            _cost(compute, row, "rollouts_to_checkpoint"),
+            _cost(compute, row, "cell_rollouts_to_checkpoint"),
+            _cost(compute, row, "cell_seconds"),
+        ]
+        for row in rows
+    ]
+    resamples = report["bootstrap"]["resamples"]
+    lines += [
+        *_table(header, body),
+        "",
+        "pass@1 in %: the unweighted average over the evaluation sets of per-problem pass@1, "
+        f"mean over seeds; 95 % intervals from a bootstrap ({resamples} resamples) over seeds "
+        "and problems; Δ: paired by seed and problem. Weak skills: pass@1 on the peer's own "
+        "skills (mean over seeds). Rescue share: of the model's all-fail evaluation problems, "
+        "the share the peer's model (same algorithm and seed) solves at least once. Rollouts "
+        "and wall time: per cell, mean over seeds; an exchange cell trains both models.",
+        "",
+        "## pass@1 per skill",
+        "",
+    ]
+    names = report["sets"]
+    skill_rows = [
+        [f"{r['model']} ({r['peer']})", r["label"], *(pct(r[name]) for name in names)] for r in rows
+    ]
+    short = [name.removeprefix("procedural/") for name in names]
+    lines += [*_table(["updated model (peer)", "algorithm", *short], skill_rows), ""]
+    for model, sets in report["skills"].items():
+        own = ", ".join(s.removeprefix("procedural/") for s in sets["own"]) or "unknown"
+        lines.append(f"- {model}'s own skills: {own}")
+    lines += ["", "## Hypotheses", ""]
+    body = [
+        [
+            e["hypothesis"],
+            e["claim"],
+            e["model"],
+            "–" if e["estimate"] is None else f"{e['estimate']['mean']:+.1f}",
+            ci(e["estimate"], signed=True),
+            e["verdict"],
+            _hypothesis_detail(e),
+        ]
+        for e in report["hypotheses"]
+    ]
+    header = ["", "claim", "model", "estimate", "95 % CI", "verdict", "detail"]
+    lines += _table(header, body, align="lllrrll")
+    lines += [
+        "",
+        "Estimates in points: the paired contrast of the labels' average pass@1 (H6: stored "
+        "minus the mean of GRAFT and GRPO n=8; H7: the GRAFT minus GRPO n=8 difference on "
+        "the weak skills minus that on the own skills). Verdict: supported if the interval "
+        "lies above 0 (H2: above -1 point), refuted if below, else unresolved.",
+        "",
+        "Smallest difference the setup resolves (half-width of H1's interval): "
+        + ", ".join(
+            f"{model} ±{'–' if width is None else f'{width:.1f}'} points"
+            for model, width in report["resolution"].items()
+        ),
+        "",
+    ]
+    lines += _funnel_lines(report["funnel"])
+    lines += [
+        "## Plots",
+        "",
+        "![learning curves](learning_curves.png)",
+        "",
+        "![learning curves, weak skills](learning_curves_weak.png)",
+        "",
+        "![exchange funnel](funnel.png)",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _funnel_lines(data: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    if not data:
+        return []
+    header = ["algorithm", "direction", "gate candidates", "kept prompts", "transferred"]
+    header += ["admitted", "admitted share", "clipped peer-token share", "mean s"]
+    body = []
+    for label, by_direction in data.items():
+        for direction, found in sorted(by_direction.items()):
+            t = found["totals"]
+            body.append(
+                [
+                    label,
+                    direction.replace("->", " → "),
+                    *(f"{t[name]:.0f}" for name in COUNTS),
+                    pct(t["admitted_share"]),
+                    pct(t["clipped_share_peer"]),
+                    "–" if t["mean_s"] is None else f"{t['mean_s']:.2f}",
+                ]
+            )
+    return [
+        "## Exchange funnel",
+        "",
+        *_table(header, body),
+        "",
+        "Totals over training, mean over seeds: prompts and responses summed over steps; "
+        "admitted share of the transferred responses (%); clipped share of peer tokens (%), "
+        "mean over the steps with peer tokens in the update; s: mean over transferred "
+        "responses.",
+        "",
+    ]
+
+
+def write_report(report: Mapping[str, Any], out_dir: str | Path) -> list[Path]:
+    """README.md, results.json and the PNGs there is data for."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [out_dir / "README.md", out_dir / "results.json"]
+    paths[0].write_text(render(report))
+    paths[1].write_text(json.dumps(report, indent=2, allow_nan=False) + "\n")
+    models = list(report["skills"])
+    titles = {
+        "average": ("learning_curves.png", "Periodic evaluation: pass@1, average of the sets"),
+        "weak_skills": ("learning_curves_weak.png", "Periodic evaluation: pass@1, weak skills"),
+    }
+    for kind, (name, title) in titles.items():
+        curves = {(c["model"], c["label"]): c for c in report["learning_curves"][kind]}
+        if curves:
+            paths.append(plot_learning(curves, models, out_dir / name, title))
+    if report["funnel"]:
+        paths.append(plot_funnel(report["funnel"], out_dir / "funnel.png"))
+    return paths
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--grid", default="configs/grids/study.yaml", help="the study's grid")
+    parser.add_argument(
+        "--runs", default=None, help="the grid's output directory (default: runs/compare/<name>)"
+    )
+    parser.add_argument("--out", default="docs/results/study", help="report directory")
+    parser.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples")
+    parser.add_argument("--bootstrap-seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    try:
+        grid = load_grid(args.grid)
+        runs = Path(args.runs) if args.runs else Path("runs") / "compare" / grid.name
+        report = analyse(grid, runs, resamples=args.resamples, seed=args.bootstrap_seed)
+    except GridError as error:
+        print(f"study_report: {error}", file=sys.stderr)
+        return 2
+    paths = write_report(report, args.out)
+    for entry in report["hypotheses"]:
+        print(f"{entry['hypothesis']} {entry['model']}: {entry['verdict']}")
+    print("written: " + ", ".join(str(path) for path in paths))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
