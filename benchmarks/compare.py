@@ -8,21 +8,40 @@ timings, every evaluation result (with per-problem success counts), the learning
 and each training step's per-prompt success counts k, from which the report computes the
 complementarity curve and the rollouts generated up to the evaluated checkpoint.
 
+Cells are claimed, not assigned: a process takes the first cell in plan order that is
+unfinished, not held by a live process, and whose stored-peer source is finished, by writing
+a lock file (its pid and host) into the cell's directory. So the grid's `workers` processes,
+and any other `graft compare` on the same --out, share the cells without running one twice;
+the lock of a process that died is taken over, so a killed run resumes instead of waiting.
+
     grid = load_grid("configs/compare_tiny.yaml")
     results = run_grid(grid, "runs/compare/tiny")
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
+import io
 import json
+import logging
+import multiprocessing
 import os
+import shutil
+import socket
 import sys
+import textwrap
 import time
+import traceback
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import wait
+from multiprocessing.queues import SimpleQueue
+from multiprocessing.synchronize import Event
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import pyarrow.dataset as ds
 from rich.console import Console
@@ -45,6 +64,10 @@ from graft_env.data import Problem
 from graft_env.threads import resolve_threads, torch_threads
 
 EVAL_METRIC = "eval/average/pass@1"
+LOCK_FILE = "claim.lock"  # in a cell's directory while a process runs the cell
+CLAIMS_MUTEX = ".claims.lock"  # in the output directory
+POLL_SECONDS = 2.0  # between looks at cells that others hold or that wait for a source
+LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
 
 
 def eval_problems(grid: GridSpec, limit: int | None) -> dict[str, list[Problem]]:
@@ -221,6 +244,274 @@ def finished_results(grid: GridSpec, out_dir: str | Path) -> list[dict[str, Any]
     return found
 
 
+@dataclass(frozen=True)
+class Holder:
+    """The process that holds a cell's lock."""
+
+    pid: int
+    host: str
+
+    @classmethod
+    def me(cls) -> Holder:
+        return cls(os.getpid(), socket.gethostname())
+
+    def alive(self) -> bool:
+        """False only for a holder known to be gone: a pid of this host that no longer runs,
+        or this process's own pid (it holds no lock while it claims: that lock is from an
+        earlier process with the same pid, as after a container restart). Another host's
+        pid cannot be checked: its lock stands until that process removes it."""
+        if self.host != socket.gethostname():
+            return True
+        if self.pid == os.getpid():
+            return False
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:  # another user's live process
+            return True
+        return True
+
+    def __str__(self) -> str:
+        return f"pid {self.pid} on {self.host}"
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What `claim_next` found: the cell now locked by this process (None: none it could
+    take) and the unfinished cells it could not take, with why; both empty: all finished."""
+
+    cell: Cell | None
+    waiting: tuple[str, ...]
+
+
+class CellFailed(GridError):
+    """A cell raised; the message names the cell (the traceback went to stderr)."""
+
+
+def _one_line(error: BaseException) -> str:
+    """An error as one short line (a worker's error travels to the parent through a pipe)."""
+    return textwrap.shorten(f"{type(error).__name__}: {error}", width=400, placeholder=" ...")
+
+
+def _holder(cell: Cell) -> Holder | None:
+    path = cell.directory / LOCK_FILE
+    if not path.is_file():
+        return None
+    return Holder(**json.loads(path.read_text()))
+
+
+def _lock(cell: Cell) -> None:
+    """Write this process's lock on `cell`; FileExistsError if it has one."""
+    cell.directory.mkdir(parents=True, exist_ok=True)
+    lock = cell.directory / LOCK_FILE
+    tmp = lock.with_name(f".{LOCK_FILE}.{os.getpid()}")
+    tmp.write_text(json.dumps(dataclasses.asdict(Holder.me())))
+    try:
+        os.link(tmp, lock)  # like O_CREAT | O_EXCL, but a lock is never seen half-written
+    finally:
+        tmp.unlink()
+
+
+def release(cell: Cell) -> None:
+    """Remove this process's lock on `cell` (a lock of another process stays)."""
+    if _holder(cell) == Holder.me():
+        (cell.directory / LOCK_FILE).unlink()
+
+
+@contextlib.contextmanager
+def _claims_mutex(out_dir: Path) -> Iterator[None]:
+    """Held while a process picks and locks a cell, so that two processes never take over
+    the same stale lock (each would remove the other's fresh one)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with open(out_dir / CLAIMS_MUTEX, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file closes, or its process dies
+        yield
+
+
+def claim_next(
+    cells: Sequence[Cell],
+    out_dir: str | Path,
+    say: Callable[[str], None],
+    ran: Collection[str] = (),
+) -> Claim:
+    """Lock the first cell in plan order that is unfinished, not held by a live process,
+    and whose stored-peer source (the run whose store it replays) is finished; the lock of
+    a dead process is taken over, said in one line. `ran`: ids of the cells this process
+    ran, finished whatever their directories say (a cell runs at most once per process)."""
+    by_id = {cell.cell_id: cell for cell in cells}
+
+    def finished(cell: Cell) -> bool:
+        return cell.cell_id in ran or read_result(cell) is not None
+
+    waiting = []
+    with _claims_mutex(Path(out_dir)):
+        for cell in cells:
+            if finished(cell):
+                continue
+            holder = _holder(cell)
+            if holder is not None and holder.alive():
+                waiting.append(f"{cell.cell_id} ({holder})")
+                continue
+            source = cell.stored_peer_cell
+            if source is not None and not finished(by_id[source]):
+                waiting.append(f"{cell.cell_id} (after {source})")
+                continue
+            if holder is not None:
+                say(f"{cell.cell_id}: taking over the stale lock of {holder}, which has ended")
+                (cell.directory / LOCK_FILE).unlink()
+            _lock(cell)
+            return Claim(cell, ())
+    return Claim(None, tuple(waiting))
+
+
+def _work(
+    grid: GridSpec,
+    cells: Sequence[Cell],
+    out_dir: Path,
+    console: Console,
+    stop: Callable[[], bool],
+) -> dict[str, dict[str, Any]]:
+    """Claim and run cells until none is left or `stop()`: the one scheduler, run by this
+    process (one worker) or by each worker process. Returns the results it produced."""
+    final_sets = None
+    ran: dict[str, dict[str, Any]] = {}
+    waited: tuple[str, ...] = ()
+    with torch_threads(resolve_threads(grid.threads)):
+        while not stop():
+            claim = claim_next(cells, out_dir, console.print, ran)
+            cell = claim.cell
+            if cell is None:
+                if not claim.waiting:
+                    break
+                if claim.waiting != waited:
+                    console.print(
+                        f"waiting for {len(claim.waiting)} cell(s): " + ", ".join(claim.waiting)
+                    )
+                    waited = claim.waiting
+                time.sleep(POLL_SECONDS)
+                continue
+            where = f"[{cells.index(cell) + 1}/{len(cells)}] {cell.cell_id}"
+            try:
+                if final_sets is None:
+                    final_sets = eval_problems(grid, grid.eval.limit)
+                console.rule(f"{where}: {'training' if cell.config else 'evaluating'}")
+                result = run_cell(cell, grid, final_sets)
+            except Exception as error:
+                # a cell may fail after an hour: the whole traceback for the log, then one line
+                traceback.print_exc()
+                raise CellFailed(f"cell {cell.cell_id} failed: {_one_line(error)}") from error
+            finally:
+                release(cell)
+            ran[cell.cell_id] = result
+            console.print(
+                f"{where}: done in {result['timings']['cell_seconds']:.0f} s ({_headline(result)})"
+            )
+    return ran
+
+
+class _Prefixed(io.TextIOBase):
+    """A worker's stdout or stderr: every line starts with the worker's prefix and goes out
+    whole, so the lines of workers sharing a terminal interleave but never mix. Not a
+    terminal, so rich prints a training run's progress as lines rather than live bars."""
+
+    def __init__(self, stream: TextIO, prefix: str) -> None:
+        self._stream, self._prefix, self._partial = stream, prefix, ""
+
+    def write(self, text: str) -> int:
+        *lines, self._partial = (self._partial + text).split("\n")
+        if lines:
+            self._stream.write("".join(f"{self._prefix}{line}\n" for line in lines))
+            self._stream.flush()
+        return len(text)
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        return self._stream.fileno()
+
+
+def _worker(
+    number: int,
+    grid: GridSpec,
+    cells: Sequence[Cell],
+    out_dir: Path,
+    stop: Event,
+    failures: SimpleQueue[tuple[int, str]],
+    log_level: int,
+) -> None:
+    """One worker process of `run_grid`: `_work` with output lines prefixed [w<number>]."""
+    prefix = f"[w{number}] "
+    sys.stdout, sys.stderr = (_Prefixed(s, prefix) for s in (sys.stdout, sys.stderr))
+    logging.basicConfig(level=log_level, format=LOG_FORMAT)
+    console = Console(stderr=True, width=shutil.get_terminal_size().columns - len(prefix))
+    try:
+        _work(grid, cells, out_dir, console, stop.is_set)
+    except KeyboardInterrupt:  # Ctrl-C reached the parent too, which says so
+        sys.exit(130)
+    except CellFailed as error:  # its traceback is out already
+        failures.put((number, str(error)))
+        sys.exit(1)
+    except Exception as error:
+        traceback.print_exc()
+        failures.put((number, f"worker {number}: {_one_line(error)}"))
+        sys.exit(1)
+
+
+def _run_workers(grid: GridSpec, cells: Sequence[Cell], out_dir: Path, workers: int) -> None:
+    """`_work` in `workers` processes, started with spawn (torch is not fork-safe). After a
+    worker fails the others start no new cell (they finish theirs); then a GridError lists
+    each failure by cell."""
+    context = multiprocessing.get_context("spawn")
+    stop, failures = context.Event(), context.SimpleQueue()
+    level = logging.getLogger().getEffectiveLevel()
+    running = {}
+    for number in range(1, workers + 1):
+        args = (number, grid, cells, out_dir, stop, failures, level)
+        process = context.Process(target=_worker, args=args, name=f"graft-compare-w{number}")
+        process.start()
+        running[process.sentinel] = (number, process)
+    ended = []
+    try:
+        while running:
+            for sentinel in wait(list(running)):
+                number, process = running.pop(sentinel)
+                process.join()
+                ended.append((number, process))
+                if process.exitcode != 0:
+                    stop.set()
+    finally:
+        stop.set()
+        for _, process in running.values():  # only after an interruption of this process
+            process.join(timeout=5)
+            process.terminate()
+            process.join()
+    reported = {}
+    while not failures.empty():
+        number, message = failures.get()
+        reported[number] = message
+    errors = []
+    for number, process in sorted(ended):
+        if process.exitcode == 0:
+            continue
+        message = reported.get(number)
+        if message is None:  # killed, or interrupted: its lock is stale now, remove it
+            gone = dataclasses.replace(Holder.me(), pid=process.pid)
+            held = [cell for cell in cells if _holder(cell) == gone]
+            for cell in held:
+                (cell.directory / LOCK_FILE).unlink()
+            message = f"worker {number} ended with exit code {process.exitcode}" + "".join(
+                f" in cell {cell.cell_id}" for cell in held
+            )
+        errors.append(message)
+    if errors:
+        raise GridError("; ".join(errors))
+
+
 def run_grid(
     grid: GridSpec,
     out_dir: str | Path,
@@ -228,12 +519,14 @@ def run_grid(
     redo_changed: bool = False,
     console: Console | None = None,
 ) -> list[dict[str, Any]]:
-    """Run every unfinished cell of `grid` under `out_dir`; returns every cell's result.
+    """Run every unfinished cell of `grid` under `out_dir`, `grid.workers` at a time; returns
+    every cell's result in plan order, whichever process ran it.
 
     Cells whose directory holds a run of another config stop the grid with a GridError
     listing them, unless `redo_changed` (then they are deleted and run again).
     """
     console = console or Console(stderr=True)
+    out_dir = Path(out_dir)
     cells = plan_cells(grid, out_dir)
     stale = changed_cells(cells)
     if stale and not redo_changed:
@@ -241,21 +534,19 @@ def run_grid(
         raise GridError(f"cells run with another config: {names}; use --redo-changed")
     for cell in stale:
         remove_cell(cell)
-    final_sets = None
-    results = []
-    with torch_threads(resolve_threads(grid.threads)):
-        for number, cell in enumerate(cells, 1):
+    found = [read_result(cell) for cell in cells]
+    for number, (cell, result) in enumerate(zip(cells, found, strict=True), 1):
+        if result is not None:
             where = f"[{number}/{len(cells)}] {cell.cell_id}"
-            found = read_result(cell)
-            if found is not None:
-                console.print(f"{where}: finished earlier, skipped ({_headline(found)})")
-                results.append(found)
-                continue
-            if final_sets is None:
-                final_sets = eval_problems(grid, grid.eval.limit)
-            console.rule(f"{where}: {'training' if cell.config else 'evaluating'}")
-            result = run_cell(cell, grid, final_sets)
-            seconds = result["timings"]["cell_seconds"]
-            console.print(f"{where}: done in {seconds:.0f} s ({_headline(result)})")
-            results.append(result)
+            console.print(f"{where}: finished earlier, skipped ({_headline(result)})")
+    workers = min(grid.workers, found.count(None))  # a process per cell left at most
+    ran = {}
+    if workers <= 1:
+        ran = _work(grid, cells, out_dir, console, lambda: False)
+    else:
+        _run_workers(grid, cells, out_dir, workers)
+    results = [ran.get(cell.cell_id) or read_result(cell) for cell in cells]
+    missing = [cell.cell_id for cell, result in zip(cells, results, strict=True) if result is None]
+    if missing:
+        raise GridError(f"cells not finished: {', '.join(missing)}")
     return results

@@ -4,6 +4,8 @@ Writes, under --out: ``cells/.../`` (each cell's run directory, evaluation repor
 ``result.json``), ``table.md`` / ``table.csv`` / ``table.json`` (the paper-style table and
 the compute table), ``compute.csv``, ``curves.json`` and the PNG plots. Run it again to
 resume: finished cells are skipped, an interrupted one resumes from its checkpoints.
+With --workers N, N cells run at once, each in its own process; commands started by hand on
+the same --out share its cells too (each cell is claimed by one process at a time).
 """
 
 from __future__ import annotations
@@ -38,6 +40,14 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="override a grid field, e.g. --set seeds=[0] --set train.steps=4",
     )
     parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="run N cells at once, each in a process with the grid's threads (as --set "
+        "workers=N; default: the grid's workers, 1)",
+    )
+    parser.add_argument(
         "--redo-changed",
         action="store_true",
         help="delete and rerun cells whose directory holds a run of another config",
@@ -49,13 +59,14 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from benchmarks.compare import finished_results, run_grid
+    from benchmarks.compare import LOG_FORMAT, finished_results, run_grid
     from benchmarks.compare_grid import load_grid
     from benchmarks.compare_plots import write_plots
     from benchmarks.compare_report import cell_records, write_reports
 
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    grid = load_grid(args.config, args.overrides)
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    workers = [] if args.workers is None else [f"workers={args.workers}"]
+    grid = load_grid(args.config, [*args.overrides, *workers])
     out_dir = Path(args.out) if args.out else Path("runs") / "compare" / grid.name
     if args.report_only:
         results = finished_results(grid, out_dir)
