@@ -33,7 +33,7 @@ from benchmarks.compare_grid import (
     deep_merge,
     slug,
 )
-from graft_env.policies.zoo import REAL_NAMES, TINY_NAMES
+from graft_env.policies.zoo import REAL_NAMES, TESTBED_NAMES, TINY_NAMES
 
 RESULT_FILE = "result.json"
 STARTED_FILE = "cell.json"
@@ -62,12 +62,14 @@ class Cell:
 
 
 def model_identity(model: str, options: Mapping[str, Any]) -> str:
-    """What a model name loads: the tiny pair's build (cache key), or the resolved path."""
-    if model in TINY_NAMES:
-        from graft_env.policies.tiny_config import TinyPairConfig, cache_key
+    """What a model name loads: a built-in pair's build (tiny pair, testbed: its cache key),
+    or the resolved path."""
+    if model in TINY_NAMES + TESTBED_NAMES:
+        from graft_env.policies.tiny_config import cache_key, pair_of
 
-        key = cache_key(TinyPairConfig(), int(options.get("tiny_seed", 0)))
-        return f"tiny-pair-{key}/{model}"
+        config = pair_of(model)
+        key = cache_key(config, int(options.get("tiny_seed", 0)))
+        return f"{config.name}-{key}/{model}"
     if model in REAL_NAMES:
         return model
     return str(Path(model).resolve())

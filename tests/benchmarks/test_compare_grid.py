@@ -206,3 +206,19 @@ def test_testbed_members_get_their_own_skills_from_the_testbed_build_config():
     assert default_own_skills("testbed-a") == ("addition", "multiplication", "linear_equation")
     assert default_own_skills("testbed-b") == ("subtraction", "modular", "gcd")
     assert default_own_skills("some/other/model") is None
+
+
+def test_a_testbed_cell_is_identified_by_the_testbed_build_not_the_working_directory(
+    tmp_path, monkeypatch
+):
+    from benchmarks.compare_cells import model_identity
+    from graft_env.policies.tiny_config import TESTBED, TinyPairConfig, cache_key
+
+    identity = model_identity("testbed-a", {})
+    assert identity == f"testbed-pair-{cache_key(TESTBED, 0)}/testbed-a"
+    monkeypatch.chdir(tmp_path)
+    assert model_identity("testbed-a", {}) == identity
+    assert model_identity("testbed-b", {"tiny_seed": 1}).startswith(
+        f"testbed-pair-{cache_key(TESTBED, 1)}/"
+    )
+    assert model_identity("tiny-a", {}) == f"tiny-pair-{cache_key(TinyPairConfig(), 0)}/tiny-a"
