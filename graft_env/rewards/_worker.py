@@ -17,6 +17,9 @@ from multiprocessing.connection import Connection
 
 from graft_env.rewards.checker import check_response, warm_up
 
+WORKER_NAME = "graft-verifier"
+"""Every worker's process name (`_without_main` recognises workers by it)."""
+
 READY = "ready"
 EXTRACTED = "extracted"
 DONE = "done"

@@ -10,9 +10,12 @@ a process that already runs threads or torch) and are reused across batches. Eac
 passive OpenMP thread, set in the fork server before anything a worker imports starts
 (`_one_thread`; under spawn, workers inherit the parent's settings).
 
-As with any ``spawn``/``forkserver`` multiprocessing, workers import the main module of the
-program: a script that creates a pool must do so under ``if __name__ == "__main__":``, and
-whatever that module imports at top level is imported by every worker.
+Unlike other ``forkserver`` processes, the workers do not import the program's main module
+again (`_without_main`), so a script needs no ``if __name__ == "__main__":`` guard to verify,
+code from stdin verifies too, and the script's own imports are not repeated in every worker.
+Under plain ``spawn`` (no fork server on the platform), or when something else started the
+fork server first, workers import the main module as any spawned process does, and a script
+must then create its pool under that guard.
 """
 
 from __future__ import annotations
@@ -38,6 +41,10 @@ from graft_env.rewards.verdict import Verdict
 ONE_THREAD_MODULE = "graft_env.rewards._one_thread"
 """Preloaded by the fork server; named, never imported here (it makes its importer one-threaded)."""
 
+WITHOUT_MAIN_MODULE = "graft_env.rewards._without_main"
+"""Preloaded by the fork server; named, never imported here (it changes how its importer
+prepares new processes)."""
+
 STARTUP_TIMEOUT_S = 120.0
 """How long a new worker may take to import math-verify and warm up (slow shared CPUs)."""
 
@@ -50,8 +57,8 @@ def _context() -> BaseContext:
         # Otherwise (another library started it first) workers import and warm up
         # math-verify themselves, which is slower but equally correct, and inherit that
         # server's thread settings. ONE_THREAD_MODULE comes first: it sets the environment that
-        # everything imported after it (the main module, torch) starts under.
-        context.set_forkserver_preload([ONE_THREAD_MODULE, _preload.__name__])
+        # everything imported after it starts under.
+        context.set_forkserver_preload([ONE_THREAD_MODULE, WITHOUT_MAIN_MODULE, _preload.__name__])
         return context
     return multiprocessing.get_context("spawn")
 
@@ -273,7 +280,7 @@ class VerifierPool:
     def _spawn(self) -> _Worker:
         parent_conn, child_conn = self._context.Pipe(duplex=True)
         process = self._context.Process(
-            target=_worker.worker_main, args=(child_conn,), daemon=True, name="graft-verifier"
+            target=_worker.worker_main, args=(child_conn,), daemon=True, name=_worker.WORKER_NAME
         )
         process.start()
         # Drop our copy of the child's end so the parent sees EOF when the worker dies.
