@@ -9,7 +9,8 @@ from pathlib import Path
 from algorithms.run_config import load_config
 from graft_env.threads import resolve_threads, torch_threads
 
-DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "tiny_pair_graft.yaml"
+# the study in miniature (issue 16): the testbed pair, built on first use
+DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "testbed_pair_graft.yaml"
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:

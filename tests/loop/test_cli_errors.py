@@ -204,3 +204,10 @@ def test_a_closed_pipe_is_not_an_error():
     child.stdout.close()  # before the child writes: its output meets a closed pipe
     assert child.wait(timeout=60) == 0
     assert child.stderr.read() == b""
+
+
+def test_the_default_train_config_is_the_testbed_study_in_miniature(capsys):
+    assert train_command.DEFAULT_CONFIG == REPO / "configs" / "testbed_pair_graft.yaml"
+    assert cli.main(["config", "validate", str(train_command.DEFAULT_CONFIG)]) == 0
+    assert "valid (graft, agents testbed-a, testbed-b, 96 steps" in capsys.readouterr().out
+    assert cli.main(["config", "validate", "--grid", str(REPO / "configs/grids/study.yaml")]) == 0
