@@ -1,13 +1,17 @@
 """`graft eval`: evaluate one model on the benchmarks (GRAFT-SPEC §10) and write its reports.
 
 Writes results.json (everything but the samples), results.csv (one row per benchmark and
-an average row), results.md (the table) and samples.jsonl (every sample) into --out.
+an average row), results.md (the table) and samples.jsonl (every sample) into --out. The
+first three are rewritten after every batch (`"complete": false` until the end), so a run
+that is killed keeps what finished; one that stops on Ctrl-C or an error writes the samples
+verified so far too.
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -33,13 +37,28 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--datasets",
         default=None,
-        help="comma-separated dataset names (default: the paper's five, "
-        "benchmarks.evaluate.PAPER_BENCHMARKS)",
+        help="comma-separated dataset names, or procedural/<skill> for that skill's held-out "
+        "test set (default: the paper's five, benchmarks.evaluate.PAPER_BENCHMARKS)",
+    )
+    parser.add_argument(
+        "--procedural",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="option of the procedural/<skill> sets (difficulty, seed; size is --limit, "
+        "default 100), value parsed as YAML, e.g. --procedural difficulty=1: the tiny "
+        "pair's level",
     )
     parser.add_argument("--k", type=at_least(1), default=8, help="samples per problem (default: 8)")
     parser.add_argument("--temperature", type=float, default=0.6, help="default: 0.6")
     parser.add_argument("--top-p", type=float, default=0.95, help="default: 0.95")
-    parser.add_argument("--max-new-tokens", type=at_least(1), default=4096, help="default: 4096")
+    parser.add_argument(
+        "--max-new-tokens",
+        type=at_least(1),
+        default=4096,
+        help="default: 4096, or what the model's positions leave after a prompt when less "
+        "(a prompt that leaves none is skipped and counted)",
+    )
     parser.add_argument("--repeats", type=at_least(1), default=1, help="whole-protocol repeats")
     parser.add_argument(
         "--limit", type=at_least(1), default=None, help="first N problems of each set"
@@ -98,23 +117,66 @@ def default_out_dir(model: str) -> Path:
     return Path("runs") / "eval" / re.sub(r"[^A-Za-z0-9._-]", "_", name)
 
 
+def write_reports(result: EvalResult, out_dir: Path) -> list[Path]:
+    """results.json, results.csv and results.md (the table and `notes`), in that order."""
+    paths = [out_dir / name for name in OUTPUT_FILES[:3]]
+    result.to_json(paths[0])
+    result.to_csv(paths[1])
+    paths[2].write_text(markdown(result))
+    return paths
+
+
 def write_outputs(result: EvalResult, out_dir: Path) -> list[Path]:
     """The four report files of OUTPUT_FILES, in that order."""
     from benchmarks.report import write_samples_jsonl
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths = [out_dir / name for name in OUTPUT_FILES]
-    result.to_json(paths[0])
-    result.to_csv(paths[1])
-    paths[2].write_text(result.to_markdown())
+    paths = write_reports(result, out_dir)
+    paths.append(out_dir / OUTPUT_FILES[3])
     write_samples_jsonl(result.samples, paths[3])
     return paths
 
 
+def notes(result: EvalResult) -> list[str]:
+    """What the table does not say: prompts skipped for the model's context, a partial run."""
+    lines = []
+    skipped = {name: len(b.skipped) for name, b in result.benchmarks.items() if b.skipped}
+    if skipped:
+        counts = ", ".join(f"{name} {count}" for name, count in skipped.items())
+        lines.append(
+            f"Skipped prompts (no room for a response in the model's "
+            f"{result.config['max_positions']} positions; not in n problems or pass@1): "
+            f"{counts}."
+        )
+    if not result.config["complete"]:
+        lines.append(
+            "Partial: the evaluation stopped before its end; the table holds the problems "
+            "finished in every repeat."
+        )
+    return lines
+
+
+def markdown(result: EvalResult) -> str:
+    """The report's table and settings, then its `notes`."""
+    return result.to_markdown() + "".join(f"{line}\n" for line in notes(result))
+
+
+def procedural_options(assignments: list[str], datasets: list[str]) -> dict[str, object]:
+    """--procedural KEY=VALUE options; an error when no procedural/<skill> set is named."""
+    from algorithms.run_config import apply_override
+
+    options: dict[str, object] = {}
+    for assignment in assignments:
+        apply_override(options, assignment)
+    if options and not any(name.startswith("procedural/") for name in datasets):
+        raise ValueError("--procedural is set but --datasets names no procedural/<skill> set")
+    return options
+
+
 def run(args: argparse.Namespace) -> int:
+    from algorithms.periodic_eval import eval_sets
     from algorithms.run_config import apply_override, check_policy_options
     from benchmarks.evaluate import PAPER_BENCHMARKS, evaluate
-    from graft_env.data import load
     from graft_env.policies import load_policy
 
     datasets = list(PAPER_BENCHMARKS) if args.datasets is None else parse_datasets(args.datasets)
@@ -123,29 +185,66 @@ def run(args: argparse.Namespace) -> int:
         apply_override(options, assignment)
     check_policy_options(options, "--option")
     # every set read before the model loads: a typo or a missing file fails in a second
-    sets = {name: load(name, data_dir=args.data_dir) for name in datasets}
+    sets = eval_sets(
+        datasets, args.data_dir, args.limit, procedural_options(args.procedural, datasets)
+    )
     out_dir = Path(args.out) if args.out else default_out_dir(args.model)
     out_dir.mkdir(parents=True, exist_ok=True)  # fail before hours of sampling, not after
+    for name in OUTPUT_FILES:  # an earlier run's files must not pass for this one's
+        (out_dir / name).unlink(missing_ok=True)
     try:
         policy = load_policy(args.model, **options)
     except TypeError as error:  # options that do not fit together (vllm_* without vllm)
         raise ValueError(f"--option: {error}") from error
-    result = evaluate(
-        policy,
-        sets,
-        k=args.k,
-        temperature=args.temperature,
-        top_p=args.top_p,
-        max_new_tokens=args.max_new_tokens,
-        repeats=args.repeats,
-        limit=args.limit,
-        seed=args.seed,
-        data_dir=args.data_dir,
-        batch_size=args.batch_size,
-        progress=True,
-    )
-    result = replace(result, config={**result.config, "model": args.model, "options": options})
-    paths = write_outputs(result, out_dir)
-    print(result.to_markdown())
+
+    def described(result: EvalResult) -> EvalResult:
+        return replace(result, config={**result.config, "model": args.model, "options": options})
+
+    latest: EvalResult | None = None  # the result after the newest batch
+
+    def on_batch(result: EvalResult) -> None:
+        nonlocal latest
+        latest = described(result)
+        if latest.benchmarks:  # a kill keeps the summary of what finished
+            write_reports(latest, out_dir)
+
+    try:
+        result = evaluate(
+            policy,
+            sets,
+            k=args.k,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            max_new_tokens=args.max_new_tokens,
+            repeats=args.repeats,
+            limit=args.limit,
+            seed=args.seed,
+            data_dir=args.data_dir,
+            batch_size=args.batch_size,
+            progress=True,
+            on_batch=on_batch,
+        )
+    except BaseException:  # Ctrl-C or an error: keep what finished, then report the stop
+        if latest is not None:
+            print(f"graft eval: {_keep(latest, out_dir)}", file=sys.stderr)
+        raise
+    paths = write_outputs(described(result), out_dir)
+    print(markdown(result))
     print("written: " + ", ".join(str(path) for path in paths))
     return 0
+
+
+def _keep(partial: EvalResult, out_dir: Path) -> str:
+    """Write a stopped run's partial result (or only its samples); say where it is."""
+    from benchmarks.report import write_samples_jsonl
+
+    if partial.benchmarks:
+        paths = write_outputs(partial, out_dir)
+        finished = sum(len(b.problem_ids) for b in partial.benchmarks.values())
+        return (
+            f"kept the {finished} problems finished in every repeat in {paths[0]} and the "
+            f"{len(partial.samples)} samples verified so far in {paths[3]}"
+        )
+    path = out_dir / OUTPUT_FILES[3]
+    write_samples_jsonl(partial.samples, path)
+    return f"no problem finished every repeat; kept the {len(partial.samples)} samples in {path}"

@@ -10,6 +10,13 @@ status, finish reason), per-problem success counts are kept per repeat (so all-f
 and the complementarity of two models can be computed afterwards, GRAFT-SPEC §12), and
 verifier failures and truncated generations are counted rather than folded into "wrong".
 
+A model's context limit shapes the budget: a policy that says how many positions it has
+(`max_positions`, with `encode_prompt` to measure prompts: HFPolicy and VLLMPolicy do) gives
+each response at most what its prompt leaves, and a prompt that leaves no room is skipped
+and counted (`BenchmarkResult.skipped`, "<set>/n_skipped"), never silently dropped.
+`on_batch` sees the result after every batch, so an interrupted evaluation keeps what
+finished (`graft eval` writes it).
+
     from benchmarks.evaluate import evaluate
     result = evaluate(policy, ["math500", "aime24"], k=8, data_dir="../shared/data")
     print(result.to_markdown())
@@ -17,10 +24,11 @@ verifier failures and truncated generations are counted rather than folded into 
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -35,6 +43,8 @@ from graft_env.rewards import Verdict, default_pool, status_counts
 
 PAPER_BENCHMARKS = ("math500", "aime24", "aime25", "amc23", "minerva")
 """The five benchmarks of the paper's evaluation suite, in its table order."""
+
+log = logging.getLogger(__name__)
 
 
 class Verifier(Protocol):
@@ -65,8 +75,10 @@ class BenchmarkResult:
     """One benchmark's outcome over all repeats.
 
     `successes[r][i]` is how many of the k samples of problem `problem_ids[i]` were correct
-    in repeat r. Counts (statuses, finish reasons, tokens) and seconds cover all repeats;
-    verification runs while the next batch generates, so the two seconds overlap.
+    in repeat r. Counts (statuses, finish reasons, tokens) and seconds cover all repeats
+    (in a partial result: every verified sample); verification runs while the next batch
+    generates, so the two seconds overlap. `skipped` are the problems whose prompt left no
+    room for a response in the model's positions: in no count and no rate.
     """
 
     name: str
@@ -78,6 +90,7 @@ class BenchmarkResult:
     generated_tokens: int
     generation_seconds: float
     verification_seconds: float
+    skipped: list[str] = field(default_factory=list)
 
     def _rates(self) -> np.ndarray:
         return np.asarray(self.successes, dtype=np.float64) / self.k
@@ -127,6 +140,7 @@ class EvalResult:
         for name, bench in self.benchmarks.items():
             mean, std = mean_std(bench.pass_at_1_per_repeat)
             flat[f"{name}/n_problems"] = len(bench.problem_ids)
+            flat[f"{name}/n_skipped"] = len(bench.skipped)
             flat[f"{name}/pass@1"] = mean
             flat[f"{name}/pass@1_std"] = std
             flat[f"{name}/pass@k"] = bench.pass_at_k
@@ -164,12 +178,16 @@ def evaluate(
     batch_size: int = 32,
     verifier: Verifier | None = None,
     progress: bool = False,
+    on_batch: Callable[[EvalResult], None] | None = None,
 ) -> EvalResult:
     """Run the §10 protocol for `policy` on each benchmark (names to load, or name -> problems).
 
     `limit` keeps the first N problems of each set. Repeat r samples with seed `seed + r`;
     each generate call (`batch_size` problems x k samples) gets its own seed derived from
     (seed + r, benchmark, batch number). `verifier` defaults to the shared verifier pool.
+    `on_batch(result)` is called after each batch is verified, with the result so far
+    (`config["complete"]` False until the last batch): the problems finished in every repeat,
+    and every sample verified so far.
     """
     for field_name, value, minimum in (
         ("k", k, 1),
@@ -183,13 +201,14 @@ def evaluate(
         raise ValueError(f"evaluate: limit must be None or an int >= 1, got {limit!r}")
     sampling = SamplingParams(temperature, top_p, max_new_tokens, seed)  # validates the values
     sets = _resolve_datasets(datasets, data_dir, limit)
+    positions = _positions(policy)
+    tallies = [
+        _Tally.fitted(name, problems, policy, positions, max_new_tokens, k, repeats, progress)
+        for name, problems in sets.items()
+    ]
     checker = default_pool() if verifier is None else verifier
     provenance = report.run_provenance()
     started = time.perf_counter()
-    samples: list[Sample] = []
-    results = _evaluate_sets(
-        policy, sets, k, repeats, batch_size, sampling, checker, samples, progress
-    )
     config = {
         "datasets": list(sets),
         "k": k,
@@ -202,15 +221,47 @@ def evaluate(
         "seed": seed,
         "batch_size": batch_size,
         "data_dir": None if data_dir is None else str(data_dir),
+        "max_positions": positions,
     }
-    return EvalResult(
-        policy=str(getattr(policy, "name", type(policy).__name__)),
-        config=config,
-        benchmarks=results,
-        samples=samples,
-        provenance=provenance,
-        total_seconds=time.perf_counter() - started,
-    )
+    samples: list[Sample] = []
+
+    def result() -> EvalResult:
+        complete = all(tally.complete for tally in tallies)
+        return EvalResult(
+            policy=_name(policy),
+            config={**config, "complete": complete},
+            benchmarks={t.name: t.result() for t in tallies if t.finished},
+            samples=list(samples),
+            provenance=provenance,
+            total_seconds=time.perf_counter() - started,
+        )
+
+    def recorded(new: list[Sample]) -> None:
+        samples.extend(new)
+        if on_batch is not None:
+            on_batch(result())
+
+    _evaluate_sets(policy, tallies, batch_size, sampling, checker, recorded, progress)
+    return result()
+
+
+def _name(policy: Policy) -> str:
+    return str(getattr(policy, "name", type(policy).__name__))
+
+
+def _positions(policy: Policy) -> int | None:
+    """The model's context (prompt + response tokens), when the policy says what it is and
+    can measure a prompt; None: no limit known."""
+    positions = getattr(policy, "max_positions", None)
+    return positions if positions is not None and hasattr(policy, "encode_prompt") else None
+
+
+def new_token_budgets(
+    prompt_lengths: Sequence[int], positions: int, max_new_tokens: int
+) -> list[int]:
+    """Each prompt's response budget: `max_new_tokens`, or what the model's positions leave
+    after the prompt when that is less; 0 for a prompt that leaves no room."""
+    return [max(0, min(max_new_tokens, positions - length)) for length in prompt_lengths]
 
 
 def _resolve_datasets(
@@ -250,9 +301,17 @@ def _resolve_datasets(
     return {name: problems[:limit] for name, problems in named.items()}
 
 
-def batch_seed(repeat_seed: int, benchmark: str, batch_index: int) -> int:
-    """Seed of one generate call; crc32 (not `hash`) so it is the same in every process."""
+def batch_seed(
+    repeat_seed: int, benchmark: str, batch_index: int, budget: int | None = None
+) -> int:
+    """Seed of one generate call; crc32 (not `hash`) so it is the same in every process.
+
+    A batch whose prompts the context limit gave other budgets than max_new_tokens is
+    sampled in one call per budget; such a call's seed mixes in its `budget` (None: the
+    requested max_new_tokens, the batch's only call when the limit changes nothing)."""
     entropy = [repeat_seed, zlib.crc32(benchmark.encode("utf-8")), batch_index]
+    if budget is not None:
+        entropy.append(budget)
     return int(np.random.SeedSequence(entropy).generate_state(1)[0])
 
 
@@ -272,13 +331,18 @@ def _checked_groups(
 
 @dataclass
 class _Tally:
-    """One benchmark's counts while its batches come in."""
+    """One benchmark's problems that fit the model (prompts, budgets) and its counts while
+    its batches come in; `done[r]` problems (a prefix) are recorded in repeat r."""
 
     name: str
     problems: list[Problem]
+    prompts: list[str]
+    budgets: list[int]
+    skipped: list[str]
     k: int
     repeats: int
     successes: list[list[int]] = field(init=False)
+    done: list[int] = field(init=False)
     statuses: dict[str, int] = field(default_factory=lambda: status_counts([]))
     finishes: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FINISH_REASONS, 0))
     tokens: int = 0
@@ -287,24 +351,98 @@ class _Tally:
 
     def __post_init__(self) -> None:
         self.successes = [[0] * len(self.problems) for _ in range(self.repeats)]
+        self.done = [0] * self.repeats
+
+    @classmethod
+    def fitted(
+        cls,
+        name: str,
+        problems: list[Problem],
+        policy: Policy,
+        positions: int | None,
+        max_new_tokens: int,
+        k: int,
+        repeats: int,
+        progress: bool,
+    ) -> _Tally:
+        """The set as the model's context allows (see `new_token_budgets`), said in one line
+        when that changes anything; a set no prompt of which fits is an error."""
+        prompts = [policy.format_prompt(problem.problem) for problem in problems]
+        if positions is None:
+            budgets = [max_new_tokens] * len(prompts)
+        else:
+            lengths = [len(policy.encode_prompt(prompt)) for prompt in prompts]
+            budgets = new_token_budgets(lengths, positions, max_new_tokens)
+        kept = [i for i, budget in enumerate(budgets) if budget > 0]
+        skipped = [problems[i].id for i, budget in enumerate(budgets) if budget == 0]
+        if not kept:
+            raise ValueError(
+                f"evaluate: every {name!r} prompt is too long for {_name(policy)!r}'s "
+                f"{positions} positions (the shortest has {min(lengths)} tokens)"
+            )
+        cut = sorted(budgets[i] for i in kept if budgets[i] < max_new_tokens)
+        parts = []
+        if cut:
+            span = f"{cut[0]}-{cut[-1]}" if cut[0] < cut[-1] else f"{cut[0]}"
+            parts.append(
+                f"{len(cut)} of {len(problems)} prompts leave room for fewer than "
+                f"{max_new_tokens} new tokens and get what fits ({span})"
+            )
+        if skipped:
+            parts.append(
+                f"{len(skipped)} of {len(problems)} leave none and are skipped (not in pass@1)"
+            )
+        if parts:
+            _say(
+                f"{name}: {_name(policy)!r} has {positions} positions: {'; '.join(parts)}", progress
+            )
+        return cls(
+            name,
+            [problems[i] for i in kept],
+            [prompts[i] for i in kept],
+            [budgets[i] for i in kept],
+            skipped,
+            k,
+            repeats,
+        )
+
+    @property
+    def finished(self) -> int:
+        """Problems recorded in every repeat (a prefix: batches run in order)."""
+        return min(self.done)
+
+    @property
+    def complete(self) -> bool:
+        return self.finished == len(self.problems)
 
     def result(self) -> BenchmarkResult:
+        """The problems finished in every repeat (all of them once the set is complete)."""
+        finished = self.finished
         return BenchmarkResult(
             name=self.name,
             k=self.k,
-            problem_ids=[problem.id for problem in self.problems],
-            successes=self.successes,
-            status_counts=self.statuses,
-            finish_reasons=self.finishes,
+            problem_ids=[problem.id for problem in self.problems[:finished]],
+            successes=[row[:finished] for row in self.successes],
+            status_counts=dict(self.statuses),  # copies: a partial result stays as it was
+            finish_reasons=dict(self.finishes),
             generated_tokens=self.tokens,
             generation_seconds=self.generation_s,
             verification_seconds=self.verification_s,
+            skipped=self.skipped,
         )
+
+
+def _say(message: str, progress: bool) -> None:
+    """A note on the run: on stderr beside the progress lines, else in the log."""
+    if progress:
+        print(f"[eval] {message}", file=sys.stderr, flush=True)
+    else:
+        log.info(message)
 
 
 @dataclass(frozen=True)
 class _Batch:
-    """One generate call: problems [start, start + len(groups)) of a benchmark in a repeat."""
+    """One batch: problems [start, start + len(groups)) of a benchmark in a repeat."""
 
     tally: _Tally
     repeat: int
@@ -324,54 +462,80 @@ def _timed_verify(
 
 def _evaluate_sets(
     policy: Policy,
-    sets: Mapping[str, list[Problem]],
-    k: int,
-    repeats: int,
+    tallies: Sequence[_Tally],
     batch_size: int,
     sampling: SamplingParams,
     verifier: Verifier,
-    samples: list[Sample],
+    recorded: Callable[[list[Sample]], None],
     progress: bool,
-) -> dict[str, BenchmarkResult]:
-    """Every benchmark, repeat and batch in that order; appends their samples to `samples`.
+) -> None:
+    """Every benchmark, repeat and batch in that order; hands each batch's samples to
+    `recorded` once its tally has them.
 
     Verification runs in the verifier's worker processes, so each batch's responses are
     verified on a thread while the policy samples the next batch (the study's evaluation
     on tiny models spent ~8 % of its time waiting for verdicts). One batch is in flight at
     a time and results are recorded in batch order: the same result as one after another.
     """
-    tallies = {name: _Tally(name, problems, k, repeats) for name, problems in sets.items()}
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="evaluate-verify") as pool:
         pending: tuple[_Batch, Future] | None = None
-        for tally in tallies.values():
-            prompts = [policy.format_prompt(problem.problem) for problem in tally.problems]
-            for repeat in range(repeats):
-                for batch_index, start in enumerate(range(0, len(prompts), batch_size)):
-                    chunk = tally.problems[start : start + batch_size]
-                    seed = batch_seed(sampling.seed + repeat, tally.name, batch_index)
-                    started = time.perf_counter()
-                    groups = policy.generate(
-                        prompts[start : start + len(chunk)], k, replace(sampling, seed=seed)
-                    )
-                    tally.generation_s += time.perf_counter() - started
-                    groups = _checked_groups(groups, policy, tally.name, len(chunk), k)
-                    texts = [g.text for group in groups for g in group]
-                    golds = [problem.answer for problem in chunk for _ in range(k)]
-                    verifying = pool.submit(_timed_verify, verifier, texts, golds)
-                    if pending is not None:
-                        _record(*pending, samples, progress)
-                    pending = (_Batch(tally, repeat, start, groups), verifying)
-        if pending is not None:
-            _record(*pending, samples, progress)
-    return {name: tally.result() for name, tally in tallies.items()}
+        try:
+            for tally in tallies:
+                for repeat in range(tally.repeats):
+                    for index, start in enumerate(range(0, len(tally.problems), batch_size)):
+                        chunk = tally.problems[start : start + batch_size]
+                        started = time.perf_counter()
+                        groups = _generate_batch(
+                            policy, tally, start, len(chunk), sampling, repeat, index
+                        )
+                        tally.generation_s += time.perf_counter() - started
+                        texts = [g.text for group in groups for g in group]
+                        golds = [problem.answer for problem in chunk for _ in range(tally.k)]
+                        verifying = pool.submit(_timed_verify, verifier, texts, golds)
+                        if pending is not None:
+                            previous, pending = pending, None
+                            recorded(_record(*previous, progress))
+                        pending = (_Batch(tally, repeat, start, groups), verifying)
+        finally:  # also when sampling stops (Ctrl-C, an error): the batch in verification counts
+            if pending is not None:
+                recorded(_record(*pending, progress))
 
 
-def _record(batch: _Batch, verifying: Future, samples: list[Sample], progress: bool) -> None:
-    """Wait for one batch's verdicts and add them to its benchmark's tally and `samples`."""
+def _generate_batch(
+    policy: Policy,
+    tally: _Tally,
+    start: int,
+    size: int,
+    sampling: SamplingParams,
+    repeat: int,
+    batch_index: int,
+) -> list[list[Generation]]:
+    """The groups of problems [start, start + size), in order: one generate call per
+    distinct new-token budget among them (one call unless the context limit cut some)."""
+    budgets = tally.budgets[start : start + size]
+    groups: list[list[Generation]] = [[] for _ in budgets]
+    for budget in dict.fromkeys(budgets):  # first-seen order
+        members = [i for i, b in enumerate(budgets) if b == budget]
+        capped = None if budget == sampling.max_new_tokens else budget
+        seed = batch_seed(sampling.seed + repeat, tally.name, batch_index, capped)
+        generated = policy.generate(
+            [tally.prompts[start + i] for i in members],
+            tally.k,
+            replace(sampling, seed=seed, max_new_tokens=budget),
+        )
+        generated = _checked_groups(generated, policy, tally.name, len(members), tally.k)
+        for i, group in zip(members, generated, strict=True):
+            groups[i] = group
+    return groups
+
+
+def _record(batch: _Batch, verifying: Future, progress: bool) -> list[Sample]:
+    """Wait for one batch's verdicts, add them to its benchmark's tally; its samples."""
     verdicts, seconds = verifying.result()
     tally, k = batch.tally, batch.tally.k
     tally.verification_s += seconds
     successes = tally.successes[batch.repeat]
+    samples = []
     for offset, group in enumerate(batch.groups):
         problem = tally.problems[batch.start + offset]
         for index, generation in enumerate(group):
@@ -381,8 +545,8 @@ def _record(batch: _Batch, verifying: Future, samples: list[Sample], progress: b
             tally.finishes[generation.finish_reason] += 1
             tally.tokens += len(generation.token_ids)
             samples.append(_sample(tally.name, problem, batch.repeat, index, generation, verdict))
+    done = tally.done[batch.repeat] = batch.start + len(batch.groups)
     if progress:
-        done = batch.start + len(batch.groups)
         solved = sum(successes[:done]) / (done * k)
         print(
             f"[eval] {tally.name} repeat {batch.repeat + 1}/{tally.repeats}: "
@@ -390,6 +554,7 @@ def _record(batch: _Batch, verifying: Future, samples: list[Sample], progress: b
             file=sys.stderr,
             flush=True,
         )
+    return samples
 
 
 def _sample(
