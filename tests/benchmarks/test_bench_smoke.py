@@ -45,8 +45,9 @@ SMOKED = {
     "verifier_throughput",
     "vllm_throughput",
 }
-# Entry points of the CLI (tests/benchmarks/test_compare_run.py, test_eval_reports.py).
-COMMANDS = {"compare_command", "eval_command"}
+# Entry points run through their main in their own test files (test_compare_run.py,
+# test_eval_reports.py, test_study_report.py).
+COMMANDS = {"compare_command", "eval_command", "study_report"}
 
 
 def argv(options: str, **paths: Path) -> list[str]:
