@@ -56,7 +56,6 @@ from benchmarks.compare_report import (
     table_rows,
 )
 from benchmarks.study_stats import label_interval, paired_contrast, paired_difference, verdict
-from graft_env.policies.tiny_config import pair_of
 
 GRPO8, GRPO32, GRAFT = "GRPO n=8", "GRPO n=32", "GRAFT"
 NO_COMPAT, NO_FLOOR = "GRAFT w/o compat. weights", "GRAFT w/o floor"
@@ -136,18 +135,6 @@ def points(d: Mapping[str, float] | None, signed: bool = False) -> str:
     """`mean [low, high]` of an interval dict, in points."""
     form = "{:+.1f}" if signed else "{:.1f}"
     return "–" if d is None else f"{form.format(d['mean'])} {ci(d, signed)}"
-
-
-def with_own_skills(result: Mapping[str, Any]) -> dict[str, Any]:
-    """The result with every pair member's own skills; a built-in pair member's come from
-    its build config where the result has none (`compare_grid.default_own_skills` knows
-    only the tiny pair, so the testbed's cells are written without them)."""
-    own = dict(result.get("own_skills") or {})
-    for agent in result["pair"]:
-        config = pair_of(agent)
-        if agent not in own and config is not None:
-            own[agent] = next(list(s.skills) for s in config.models if s.name == agent)
-    return {**result, "own_skills": own}
 
 
 def skill_sets(records: Sequence[Record], model: str) -> tuple[list[str], list[str]]:
@@ -462,7 +449,7 @@ def analyse(
 ) -> dict[str, Any]:
     """Every number of the report, from the grid's finished cells under `runs`."""
     runs = Path(runs)
-    results = [with_own_skills(r) for r in finished_results(grid, runs)]
+    results = finished_results(grid, runs)
     logs = metrics_logs(runs, results)
     records = cell_records(results)
     labels = [entry.label for entry in grid.algorithms]

@@ -33,7 +33,6 @@ from benchmarks.study_report import (
     main,
     metrics_logs,
     study_table,
-    with_own_skills,
 )
 
 GRID = Path(__file__).resolve().parents[2] / "configs" / "grids" / "study.yaml"
@@ -96,14 +95,13 @@ def model_result(model: str, label: str, seed: int | None) -> dict:
 
 
 def cell_result(label: str, agents: list[str], seed: int | None, cell="", config_hash="") -> dict:
-    """A cell's result.json as `compare.run_cell` writes it (the fields the reports read);
-    own_skills empty, as the study grid writes them for the testbed today."""
+    """A cell's result.json as `compare.run_cell` writes it (the fields the reports read)."""
     return {
         "cell": cell,
         "config_hash": config_hash,
         "label": label,
         "pair": PAIR,
-        "own_skills": {},
+        "own_skills": OWN,
         "seed": seed,
         "provenance": {"git_commit": "abc", "git_dirty": False},
         "timings": {"cell_seconds": 120.0 * len(agents)},
@@ -118,7 +116,7 @@ def in_memory_results(labels=(GRPO8, GRPO32, *EXCHANGE)) -> list[dict]:
             single = label in (GRPO8, GRPO32, STORED)
             for agents in [[m] for m in PAIR] if single else [PAIR]:
                 results.append(cell_result(label, agents, seed))
-    return [with_own_skills(r) for r in results]
+    return results
 
 
 def analysed(labels=(GRPO8, GRPO32, *EXCHANGE)):
@@ -135,13 +133,6 @@ def analysed(labels=(GRPO8, GRPO32, *EXCHANGE)):
 
 def estimate(entry) -> tuple[float, float, float]:
     return entry["estimate"]["mean"], entry["estimate"]["low"], entry["estimate"]["high"]
-
-
-def test_the_testbeds_own_skills_come_from_its_build_config_when_the_result_has_none():
-    result = with_own_skills(cell_result(GRAFT, PAIR, 0))
-    assert result["own_skills"] == OWN
-    given = {**cell_result(GRAFT, PAIR, 0), "own_skills": {"testbed-a": ["gcd"]}}
-    assert with_own_skills(given)["own_skills"]["testbed-a"] == ["gcd"]
 
 
 def test_hypotheses_on_planted_effects_for_the_model_with_a_live_gain():
@@ -307,7 +298,7 @@ def fake_cells(out: Path, skipped: tuple[str, ...]) -> int:
 def test_the_report_of_a_partly_run_study(tmp_path, capsys):
     runs, out = tmp_path / "runs", tmp_path / "report"
     written = fake_cells(runs, skipped=(NO_BALANCE,))
-    assert written == 2 + 3 * (2 + 2 + 1 + 1 + 1 + 2)  # base, then per seed; no balancing
+    assert written == 2 + 5 * (2 + 2 + 1 + 1 + 1 + 2)  # base, then per seed (5); no balancing
     argv = ["--grid", str(GRID), "--runs", str(runs), "--out", str(out), "--resamples", "200"]
     assert main(argv) == 0
     assert "H5 testbed-a: not run" in capsys.readouterr().out
@@ -317,14 +308,14 @@ def test_the_report_of_a_partly_run_study(tmp_path, capsys):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
 
     readme = (out / "README.md").read_text()
-    assert f"Cells finished: {written} of 32, " in readme
+    assert f"Cells finished: {written} of 52, " in readme
     table = [line for line in readme.splitlines() if line.startswith("| testbed-")]
     labels = ["base", GRPO8, GRPO32, GRAFT, NO_COMPAT, NO_FLOOR, STORED]
     first_table = [line.split(" | ")[:2] for line in table[: 2 * len(labels)]]
     assert first_table == [
         [f"| {m} ({p})", label] for m, p in (PAIR, PAIR[::-1]) for label in labels
     ]
-    assert "| testbed-a (testbed-b) | GRAFT | 3 | " in readme
+    assert "| testbed-a (testbed-b) | GRAFT | 5 | " in readme  # the grid's 5 seeds
     assert "+25.0 [+25.0, +25.0]" in readme  # GRAFT's Δ on testbed-a
     assert "| H5 | balancing helps | testbed-a | – | – | not run |" in readme
     assert (
