@@ -3,7 +3,7 @@
 Sampling is a small own loop over the model's forward with a KV cache
 (`policies.generation.sample`) rather than `model.generate`, because the recorded
 log-probs must be the ones the training forward computes: same temperature, same
-float32 log-softmax, same padding and position ids. `benchmarks/policy_throughput.py`
+float32 log-softmax, same padding and position ids. `benchmarks/perf/policy_throughput.py`
 measures what that costs against `model.generate`.
 
 Dropout is switched off at load time (see `hf_options`). Every random draw comes from

@@ -12,10 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchmarks import (
+from benchmarks.perf import (
     device_check,
     learning_check,
-    perf_vs_trl,
     policy_throughput,
     ray_overhead,
     real_pair_step,
@@ -24,9 +23,10 @@ from benchmarks import (
     threads,
     verifier_throughput,
     vllm_throughput,
+    vs_trl,
 )
-from benchmarks.perf_sides import RunResult
-from benchmarks.perf_workload import write_model
+from benchmarks.perf.trl_sides import RunResult
+from benchmarks.perf.trl_workload import write_model
 
 REPO = Path(__file__).resolve().parents[2]
 ONE_THREAD = "--threads 1"
@@ -35,7 +35,6 @@ SMALL_STEP = "--steps 1 --batch-size 2 --n 2 --max-new-tokens 4"
 SMOKED = {
     "device_check",
     "learning_check",
-    "perf_vs_trl",
     "policy_throughput",
     "ray_overhead",
     "real_pair_step",
@@ -44,6 +43,7 @@ SMOKED = {
     "threads",
     "verifier_throughput",
     "vllm_throughput",
+    "vs_trl",
 }
 # Entry points run through their main in their own test files (test_compare_run.py,
 # test_eval_reports.py, test_study_report.py).
@@ -59,7 +59,7 @@ def argv(options: str, **paths: Path) -> list[str]:
 def test_every_benchmark_script_has_a_smoke_test():
     scripts = {
         path.stem
-        for path in (REPO / "benchmarks").glob("*.py")
+        for path in (REPO / "benchmarks").rglob("*.py")
         if re.search(r"^def main\(", path.read_text(), re.MULTILINE)
     }
     assert scripts - COMMANDS == SMOKED
@@ -75,9 +75,7 @@ def test_perf_vs_trl_our_side(tmp_path):
     """The child process that runs our GRPO step on the TRL-comparison workload."""
     model = write_model(tmp_path / "model", seed=0)
     out = tmp_path / "ours.json"
-    perf_vs_trl.main(
-        argv(f"--child ours --steps 1 --warmup 0 {ONE_THREAD}", model_dir=model, out=out)
-    )
+    vs_trl.main(argv(f"--child ours --steps 1 --warmup 0 {ONE_THREAD}", model_dir=model, out=out))
     result = RunResult(**json.loads(out.read_text()))
     assert len(result.seconds) == 1 and result.generated_tokens[0] > 0
 
@@ -85,14 +83,14 @@ def test_perf_vs_trl_our_side(tmp_path):
 def test_perf_vs_trl_graft_target(tmp_path):
     """The child process that times GRAFT against GRPO through `step_time.run_once`."""
     out = tmp_path / "graft.json"
-    perf_vs_trl.main(argv(f"--child graft --graft-pairs 1 --graft-steps 1 {ONE_THREAD}", out=out))
+    vs_trl.main(argv(f"--child graft --graft-pairs 1 --graft-steps 1 {ONE_THREAD}", out=out))
     found = json.loads(out.read_text())
     assert found["name"] == "2-agent step seconds" and len(found["pair_advantages"]) == 1
 
 
 def test_perf_vs_trl_with_trl(capsys):
     pytest.importorskip("trl")
-    perf_vs_trl.main(argv(f"--pairs 1 --steps 1 --warmup 0 --graft-pairs 0 {ONE_THREAD}"))
+    vs_trl.main(argv(f"--pairs 1 --steps 1 --warmup 0 --graft-pairs 0 {ONE_THREAD}"))
     assert "seconds per step" in capsys.readouterr().out
 
 

@@ -7,9 +7,8 @@ import string
 import pytest
 import torch
 
-from benchmarks.perf_sides import RunResult
-from benchmarks.perf_vs_trl import comparisons, format_report, phase_split
-from benchmarks.perf_workload import (
+from benchmarks.perf.trl_sides import RunResult
+from benchmarks.perf.trl_workload import (
     WorkloadSpec,
     advantage,
     build_workload,
@@ -17,6 +16,7 @@ from benchmarks.perf_workload import (
     compare,
     tiny_llama,
 )
+from benchmarks.perf.vs_trl import comparisons, format_report, phase_split
 from graft_env.policies import HFPolicy
 
 

@@ -1,4 +1,4 @@
-"""`benchmarks.policy_throughput --levers`: each decoding lever runs through the real
+"""`benchmarks.perf.policy_throughput --levers`: each decoding lever runs through the real
 `HFPolicy.generate` and is compared with the plain policy on the same rows."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from benchmarks import policy_throughput
+from benchmarks.perf import policy_throughput
 
 
 def test_every_lever_is_measured_against_the_plain_policy(tmp_path):

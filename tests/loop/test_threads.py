@@ -70,7 +70,8 @@ def _config_file(tmp_path: Path, name: str, raw: dict | None = None, **extra) ->
     [
         # `graft train` with a config that fails validation: the parser imports torch first
         "from graft_env.cli import main; main(['train', '--config', sys.argv[1]])",
-        "import benchmarks.step_time",  # what `python -m benchmarks.step_time` imports first
+        # what `python -m benchmarks.perf.step_time` imports first
+        "import benchmarks.perf.step_time",
     ],
 )
 def test_entry_points_wait_passively_and_use_one_thread_from_before_torch_loads(entry, tmp_path):

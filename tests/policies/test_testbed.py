@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from benchmarks import testbed_report
+from benchmarks.perf import testbed_report
 from graft_env.data.procedural import SKILLS
 from graft_env.policies import tiny
 from graft_env.policies.sft import SFTConfig, _weighted_batches

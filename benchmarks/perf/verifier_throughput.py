@@ -7,7 +7,7 @@ in-process ``verify_one`` loop (single-process baseline), and ``VerifierPool`` w
 response (the problem's own gold, boxed) and a wrong one (the next problem's gold, boxed),
 so both the matching and the non-matching path are timed.
 
-    python -m benchmarks.verifier_throughput [--items N] [--data-dir DIR]
+    python -m benchmarks.perf.verifier_throughput [--items N] [--data-dir DIR]
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from graft_env.data import load
 from graft_env.rewards import Verdict, VerifierPool, status_counts, verify_one
 from graft_env.rewards.checker import warm_up
 
-DEFAULT_DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+DEFAULT_DATA_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 POOL_SIZES = (1, 2)
 
 

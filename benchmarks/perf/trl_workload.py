@@ -9,7 +9,7 @@ multiplication, level 1) formatted with the paper's template. A character
 tokenizer keeps the vocabulary (99 symbols) from dominating the cost, so the
 comparison measures the trainers, not one big soft-max.
 
-The report arithmetic is here too (not in `perf_vs_trl`) so that it can be tested
+The report arithmetic is here too (not in `vs_trl`) so that it can be tested
 without `trl` installed: runs alternate TRL, ours, TRL, ours, ...; each figure is
 summarised as the median over all measured steps of each side, their ratio, and the
 spread of per-pair ratios. Ratios are stated as the candidate's (our) *advantage*:

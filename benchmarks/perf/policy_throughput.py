@@ -16,7 +16,7 @@ oneDNN `MkldnnLinear` with prepacked weights (inference only: it has no backward
 trained policy would have to repack after every update); `bf16`: bfloat16 autocast (the
 `autocast` option); `inference_mode`: `torch.inference_mode` instead of `no_grad`.
 
-    python -m benchmarks.policy_throughput [--model DIR] [--prompts 16 --n 4]
+    python -m benchmarks.perf.policy_throughput [--model DIR] [--prompts 16 --n 4]
         [--device cuda --dtype bfloat16 | --autocast bfloat16]
         [--levers mkldnn,bf16,inference_mode --top-p 0.95 --rounds 7]
 """

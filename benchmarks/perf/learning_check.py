@@ -13,7 +13,7 @@ usual causes of RL runs that drift instead:
 - reward hacking: the share of rewarded samples whose extracted answer is a
   constant guess (the most common correct answer of the test set).
 
-    python -m benchmarks.learning_check [--model tiny-a] [--skills addition] [--seeds 0 1 2]
+    python -m benchmarks.perf.learning_check [--model tiny-a] [--skills addition] [--seeds 0 1 2]
 
 The default skill is addition: at difficulty 1 it has the largest question space of
 tiny-a's skills (about 1,500 distinct questions in a 2,000-problem "train" pool, where
@@ -35,8 +35,8 @@ import numpy as np
 import torch
 
 from algorithms.loop import Trainer
-from benchmarks.bench_runs import procedural_run
 from benchmarks.evaluate import evaluate
+from benchmarks.perf.common import procedural_run
 from graft_env.data import load
 from graft_env.policies import SamplingParams, load_policy
 

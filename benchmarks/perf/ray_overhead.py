@@ -13,7 +13,7 @@
    does today) against `generate_async` on all agents, then waiting (the loop change
    proposed in docs/scale-out.md).
 
-    python -m benchmarks.ray_overhead [--pairs 2] [--steps 3] [--models DIR_A DIR_B]
+    python -m benchmarks.perf.ray_overhead [--pairs 2] [--steps 3] [--models DIR_A DIR_B]
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from algorithms.loop import Trainer, make_policies
 from algorithms.ray.cluster import connect
 from algorithms.ray_backend import RayPolicy, TrafficMeter, parse_ray_options
 from algorithms.run_config import TrainConfig
-from benchmarks.bench_runs import procedural_run
-from benchmarks.step_time import PHASES
+from benchmarks.perf.common import procedural_run
+from benchmarks.perf.step_time import PHASES
 from graft_env.policies import Policy, SamplingParams
 
 

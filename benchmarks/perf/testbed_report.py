@@ -13,7 +13,7 @@ direction S -> R, as shares of the batch:
 - peer share of R's update: peer responses among all responses of R's batch
   with a non-zero weighted advantage (what moves R's weights at all).
 
-    python -m benchmarks.testbed_report [--models testbed-a testbed-b] [--prompts 64] [--n 8]
+    python -m benchmarks.perf.testbed_report [--models testbed-a testbed-b] [--prompts 64] [--n 8]
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from collections import Counter
 from pathlib import Path
 
 from algorithms.loop import StepRecord, Trainer
-from benchmarks.bench_runs import procedural_run
+from benchmarks.perf.common import procedural_run
 from graft_env.data.procedural import LEVELS
 from graft_env.policies.tiny_config import TESTBED, pair_of
 

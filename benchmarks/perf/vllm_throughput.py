@@ -8,7 +8,7 @@ runs noisy; only the ratio of the two, measured side by side, means anything.
 The vLLM worker binds one core; `--threads` (default 1) sets transformers' torch
 threads so both sample on one core. Needs vLLM (see `.ci/vllm`); run it as
 
-    python -m benchmarks.vllm_throughput [--models tiny-a smollm2-135m]
+    python -m benchmarks.perf.vllm_throughput [--models tiny-a smollm2-135m]
         [--prompts 16 --n 4 --max-new-tokens 64 --repeats 2] [--json FILE]
 """
 
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.policy_throughput import PROBLEMS
+from benchmarks.perf.policy_throughput import PROBLEMS
 from graft_env.policies import HFPolicy, SamplingParams, load_policy
 
 

@@ -17,7 +17,7 @@ setting's run of the same round). `identical` says whether every run of the sett
 both conditions, ended with the same metrics (all but the time columns). The target: the
 default within 1.2x of the best setting in both conditions.
 
-    python -m benchmarks.threads [--rounds 3] [--settings 1 2 default] [--steps 4]
+    python -m benchmarks.perf.threads [--rounds 3] [--settings 1 2 default] [--steps 4]
         [--batch-size 8 --n 4 --max-new-tokens 64] [--json OUT]
 """
 

@@ -9,7 +9,7 @@ The loop times its phases itself; each phase ends on host values (token lists,
 float losses), and on CUDA the benchmark also waits for the device after every
 step, so no queued kernel is counted in the next step.
 
-    python -m benchmarks.step_time [--pairs 3] [--steps 3] [--batch-size 16]
+    python -m benchmarks.perf.step_time [--pairs 3] [--steps 3] [--batch-size 16]
         [--device cuda --dtype bfloat16 | --autocast bfloat16]
 """
 
@@ -24,8 +24,8 @@ from pathlib import Path
 import torch
 
 from algorithms.loop import Trainer
-from benchmarks.bench_runs import procedural_run
-from benchmarks.policy_throughput import synchronize
+from benchmarks.perf.common import procedural_run
+from benchmarks.perf.policy_throughput import synchronize
 from graft_env.policies.hf_options import DTYPES
 
 PHASES = ("rollout", "verify", "exchange", "scoring", "update")
@@ -59,7 +59,7 @@ def run_once(algorithm: str, run_dir: Path, args: argparse.Namespace) -> list[di
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """This script's options; `perf_vs_trl` builds its `run_once` arguments here too, so
+    """This script's options; `vs_trl` builds its `run_once` arguments here too, so
     every option has its default there as well."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--pairs", type=int, default=3, help="GRPO/GRAFT run pairs")

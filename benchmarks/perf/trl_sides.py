@@ -1,6 +1,6 @@
 """One timed run of either trainer on the TRL-comparison workload (issue #8).
 
-`benchmarks.perf_vs_trl` runs each of these in a fresh subprocess so that every
+`benchmarks.perf.vs_trl` runs each of these in a fresh subprocess so that every
 run's peak RSS is its own, and alternates the two sides. Both runners report the
 same `RunResult`: per timed step the wall seconds, generated tokens, trained
 tokens (real response tokens) and trained slots (rows x padded response width),
@@ -8,7 +8,7 @@ and the step split into rollout / verify / update.
 
 Ours: GRPO through the common loop (`Trainer.run_step`, one agent); the phases are
 the loop's own timings. TRL: `GRPOTrainer` with the settings described in
-`perf_vs_trl`; its step is timed from `on_step_begin` to `on_step_end`, rollout is
+`vs_trl`; its step is timed from `on_step_begin` to `on_step_end`, rollout is
 `_generate_and_score_completions` minus the reward function, verify is the reward
 function, update is the rest of the step.
 """
@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchmarks.perf_workload import (
+from benchmarks.perf.trl_workload import (
     DATASET,
     DATASET_OPTIONS,
     Workload,

@@ -1,0 +1,1 @@
+"""The measurement scripts: each runs as ``python -m benchmarks.perf.<name>``."""
