@@ -68,7 +68,7 @@ class StoreCorruptError(StoreError):
     or cannot be parsed: it was damaged and is not read."""
 
 
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
+def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write `path` whole or not at all; a failed write (a full disk, whose `OSError` names
     no file) is an `OSError` naming `path`, and leaves no temporary file taking space."""
     tmp = path.with_name(f".{path.name}.tmp")
@@ -102,12 +102,15 @@ def record_digest(path: Path) -> None:
     if records.get(path.name) == record:
         return  # rewritten unchanged (the stream's description on each resume)
     records[path.name] = record
-    _atomic_write_bytes(manifest, json.dumps(records, indent=2, sort_keys=True).encode())
+    atomic_write_bytes(manifest, json.dumps(records, indent=2, sort_keys=True).encode())
 
 
-def check_digest(path: Path, where: str) -> None:
+def check_digest(
+    path: Path, where: str, remedy: str = "restore it from a copy or record the run again"
+) -> None:
     """Refuse `path` unless it matches the digest its folder's manifest recorded for it;
-    `where` (e.g. "step 3") goes into the one-line error beside the file's path."""
+    `where` (e.g. "step 3") goes into the one-line error beside the file's path, and
+    `remedy` (what to do about a damaged file) after it."""
     manifest = path.parent / MANIFEST
     if not manifest.is_file():
         raise StoreCorruptError(
@@ -129,7 +132,7 @@ def check_digest(path: Path, where: str) -> None:
     if problem:
         raise StoreCorruptError(
             f"{path} ({where}) {problem} ({manifest}): it was damaged after it was written; "
-            "restore it from a copy or record the run again"
+            f"{remedy}"
         )
 
 
@@ -160,7 +163,7 @@ class TrajectoryStore:
         """Record what defines the prompt stream (dataset, split, seed, n, batch size)."""
         self.root.mkdir(parents=True, exist_ok=True)
         path = self.root / "_meta.json"
-        _atomic_write_bytes(path, json.dumps(dict(meta), indent=2).encode())
+        atomic_write_bytes(path, json.dumps(dict(meta), indent=2).encode())
         record_digest(path)
 
     def read_meta(self) -> dict[str, Any]:
@@ -213,7 +216,7 @@ class TrajectoryStore:
         path.parent.mkdir(parents=True, exist_ok=True)
         sink = pa.BufferOutputStream()
         pq.write_table(table, sink)
-        _atomic_write_bytes(path, sink.getvalue().to_pybytes())
+        atomic_write_bytes(path, sink.getvalue().to_pybytes())
         record_digest(path)
         return path
 

@@ -25,6 +25,7 @@ COMMAND_MODULES = {
     "train": "algorithms.train_command",
     "eval": "benchmarks.eval_command",
     "compare": "benchmarks.compare_command",
+    "library": "algorithms.library.command",
 }
 PROGRESS_BARS_VAR = "HF_HUB_DISABLE_PROGRESS_BARS"  # huggingface_hub's, read by transformers
 # What an interrupted command leaves behind, and how to go on from there.
@@ -100,7 +101,7 @@ def _summary(module: str) -> str:
     package, _, name = module.partition(".")
     spec = importlib.util.find_spec(package)  # a top-level spec: its package is not imported
     folder = Path(next(iter(spec.submodule_search_locations or ()))) if spec else None
-    source = (folder / f"{name}.py").read_text() if folder else ""
+    source = (folder / f"{name.replace('.', '/')}.py").read_text() if folder else ""
     doc = ast.get_docstring(ast.parse(source)) or ""
     return doc.splitlines()[0].partition(": ")[2].rstrip(".") if doc else ""
 

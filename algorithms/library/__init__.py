@@ -1,0 +1,38 @@
+"""Trajectory libraries: peer groups from anywhere, keyed by prompt (beyond GRAFT-SPEC §9).
+
+graft-stored replays a partner run step by step on the identical prompt stream. A library
+holds every stored group of any number of sources (runs of this project, `build_library`;
+files of rollouts from elsewhere, `import_rollouts`) keyed by the content hash of the
+problem text, so a receiver on its own data order looks up each all-fail prompt and
+applies graft-stored's gate, weights and update to what it finds (`graft-library`, run
+config `library:`; `algorithms.library.source`). Files: `format` (the Parquet dataset and
+its checks), `build`, `importers`, `source` (the receiver's side), `staleness` (the ages
+of used groups), `command` (`graft library`).
+
+    from algorithms.library import build_library, read_library
+    build_library(["runs/peer-seed0", "runs/peer-seed1"], "runs/lib")
+    groups = read_library("runs/lib")
+"""
+
+LIBRARY_AGENT = "library"
+"""The library's name as an agent of a receiver's rollouts (exchange/library-><receiver>/...)."""
+
+from algorithms.library.build import build_library  # noqa: E402 (after the constant above)
+from algorithms.library.format import (  # noqa: E402
+    LibraryError,
+    LibraryGroup,
+    prompt_key,
+    read_library,
+)
+from algorithms.library.importers import ImportSpec, import_rollouts  # noqa: E402
+
+__all__ = [
+    "LIBRARY_AGENT",
+    "ImportSpec",
+    "LibraryError",
+    "LibraryGroup",
+    "build_library",
+    "import_rollouts",
+    "prompt_key",
+    "read_library",
+]
