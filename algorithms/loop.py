@@ -5,7 +5,9 @@ loop. One step, for the shared prompt batch of step t:
 
 1. rollout   each live policy samples n responses per prompt (seeded per step/agent);
              a stored peer (graft-stored) is read from its run's trajectory store;
-2. verify    the multi-agent environment scores every response (math-verify);
+2. verify    the multi-agent environment scores every response (math-verify); a
+             library (graft-library) is then looked up for the all-fail prompts, its
+             groups re-verified (`algorithms.library.source`);
 3. exchange  the algorithm computes advantages and its exchange strategy picks the
              transfers, scoring peer texts under each receiver's π_old (`scoring`);
 4. update    each live policy runs its `TrainBatch` in the algorithm's minibatch order.
@@ -38,6 +40,7 @@ from algorithms.checkpoint import (
     restore_exchange_state,
     save_checkpoint,
 )
+from algorithms.library.source import LibrarySource, Lookup, lookup_metrics
 from algorithms.metrics import MetricsLog, agent_step_metrics
 from algorithms.periodic_eval import PeriodicEvaluator
 from algorithms.rollout import (
@@ -127,17 +130,18 @@ class Trainer:
         self.run_dir = Path(config.run_dir)
         self.step = 0
         self.peer = config.stored_peer
-        if self.algorithm.config.stored != (self.peer is not None):
+        stored_source = self.peer is not None or config.library is not None
+        if self.algorithm.config.stored != stored_source:
             raise ConfigError(
                 f"algorithm {self.algorithm.name!r} (stored={self.algorithm.config.stored}) "
-                f"needs stored_peer {'set' if self.algorithm.config.stored else 'unset'}"
+                f"needs stored_peer or library {'set' if self.algorithm.config.stored else 'unset'}"
             )
         if self.algorithm.config.stored and len(names) != 1:
             raise ConfigError(
                 f"algorithm {self.algorithm.name!r} trains one receiver alone against a stored "
                 f"peer (GRAFT-SPEC §9); got live agents {names}"
             )
-        if self.algorithm.config.exchange != "none" and len(names) + bool(self.peer) < 2:
+        if self.algorithm.config.exchange != "none" and len(names) + stored_source < 2:
             # GRAFT-SPEC §8: with N = 1 every strategy transfers nothing (graft is then GRPO).
             log.info("%r has one agent: no exchange can happen", self.algorithm.name)
         env_agents = [*names, *([self.peer.agent] if self.peer else [])]
@@ -156,6 +160,13 @@ class Trainer:
         self.peer_store = TrajectoryStore(self.peer.run_dir) if self.peer else None
         if self.peer_store is not None:
             self._check_peer_store()
+        self.library = None
+        if config.library is not None:
+            spec = config.library
+            texts = [problem.problem for problem in self.env.problems]
+            self.library = LibrarySource(
+                spec.path, spec.choose, spec.model, texts, self.algorithm.config
+            )
         self.store = TrajectoryStore(self.run_dir) if config.store_trajectories else None
         self.metrics: MetricsLog | None = None
         self.checkpoint: Path | None = None  # the one this run resumed from or last wrote
@@ -291,6 +302,12 @@ class Trainer:
                 stored.finish_reasons,
                 rewards[self.peer.agent],
             )
+        lookup = None
+        if self.library is not None:  # graft-library: its groups for the all-fail prompts
+            indices = prompt_batch_indices(len(self.env.problems), cfg.env.batch_size, cfg.seed, t)
+            with _timed(timings, "library"):
+                lookup = self.library.lookup(rollouts[live[0]], indices, self.env.score_groups)
+            rollouts[lookup.rollouts.agent] = lookup.rollouts
         sampled = {name: sum(map(len, gens)) for name, gens in generations.items()}
         if self.algorithm.config.dynamic_sampling:
             with _timed(timings, "refill"):
@@ -325,7 +342,7 @@ class Trainer:
             for name in live:
                 self.store.write(self.run_dir.name, t, rollouts[name], statuses[name], name)
         record = StepRecord(t, rollouts, statuses, transfers, batches, update_metrics, timings)
-        record.metrics = self._step_metrics(record, step_infos, stored, sampled)
+        record.metrics = self._step_metrics(record, step_infos, stored, sampled, lookup)
         self.step += 1
         return record
 
@@ -412,7 +429,12 @@ class Trainer:
         return score
 
     def _step_metrics(
-        self, record: StepRecord, step_infos, stored, sampled: dict[str, int]
+        self,
+        record: StepRecord,
+        step_infos,
+        stored,
+        sampled: dict[str, int],
+        lookup: Lookup | None,
     ) -> dict[str, dict[str, float]]:
         out = {
             name: agent_step_metrics(
@@ -431,6 +453,9 @@ class Trainer:
             changed = np.count_nonzero(stored.rewards != record.rollouts[self.peer.agent].rewards)
             for metrics in out.values():
                 metrics["stored_peer/reward_changed_on_reverify"] = float(changed)
+        if lookup is not None:
+            for name, metrics in out.items():
+                metrics.update(lookup_metrics(record.step, lookup, record.transfers[name]))
         return out
 
     # --- the whole run ---------------------------------------------------------

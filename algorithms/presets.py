@@ -85,6 +85,18 @@ for _name, _changes in _GRAFT_VARIANTS.items():
     _register_graft_variant(_name, _changes)
 
 
+@register("graft-library")
+def graft_library() -> AlgorithmConfig:
+    """graft-stored with its peer groups looked up by prompt in a trajectory library.
+
+    The same options as graft-stored (one-way, no balancing, every Eq.4 candidate): only
+    where the peer groups come from differs, which is the run config's `library:` (a
+    library of any runs and imported rollouts, keyed by problem text) instead of its
+    `stored_peer:` (one run replayed step by step). See `algorithms.library`.
+    """
+    return replace(graft(), **_GRAFT_VARIANTS["graft-stored"])
+
+
 @register("graft-no-balance")
 def graft_no_balance() -> AlgorithmConfig:
     """GRAFT without balancing: every candidate moves, none dropped by m or the ties rule.

@@ -97,6 +97,27 @@ class StoredPeerSpec:
     agent: Text = field(metadata={"help": "the partner's agent name in that run"})
 
 
+LibraryChoice = Literal["most_recent", "highest_k", "model"]
+
+
+@dataclass(frozen=True)
+class LibrarySpec:
+    """Where `graft-library` looks up peer groups by prompt (algorithms.library)."""
+
+    path: PathText = field(metadata={"help": "the library (graft library build / import)"})
+    choose: LibraryChoice = field(
+        default="most_recent",
+        metadata={
+            "help": "a prompt's peer group among those Eq.4 can take: 'most_recent' (latest "
+            "written: the least stale), 'highest_k' (most successes, then latest), 'model' "
+            "(the latest of `model`'s)"
+        },
+    )
+    model: Text | None = field(
+        default=None, metadata={"help": "choose: model's source model id (null otherwise)"}
+    )
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """Everything a run needs; every field can be set from YAML or `--set`."""
@@ -123,6 +144,9 @@ class TrainConfig:
     )
     stored_peer: StoredPeerSpec | None = field(
         default=None, metadata={"help": "graft-stored's partner run (null: none)"}
+    )
+    library: LibrarySpec | None = field(
+        default=None, metadata={"help": "graft-library's trajectory library (null: none)"}
     )
     eval: EvalSpec = field(default_factory=EvalSpec)
     dynamic_max_rounds: Count = field(
@@ -161,7 +185,12 @@ class TrainConfig:
         return self
 
     def to_dict(self) -> dict[str, Any]:
-        return plain(dataclasses.asdict(self))
+        data = plain(dataclasses.asdict(self))
+        if self.library is None:
+            # Left out while unset, so the config.yaml of a run (and a compare cell's hash)
+            # recorded before libraries existed still equals this one: resumes are allowed.
+            del data["library"]
+        return data
 
 
 def _check(config: TrainConfig) -> None:
@@ -175,6 +204,8 @@ def _check(config: TrainConfig) -> None:
         raise ConfigError(
             f"stored_peer.agent: {config.stored_peer.agent!r} clashes with a live agent name"
         )
+    if config.library is not None:
+        _check_library(config.library, names, config.stored_peer is not None)
     from graft_env.data import available
 
     if config.env.dataset not in available():
@@ -184,6 +215,20 @@ def _check(config: TrainConfig) -> None:
     for index, agent in enumerate(config.agents):
         check_policy_options(agent.options, f"agents.{index}.options")
     _check_algorithm(config.algorithm, config.algorithm_options)
+
+
+def _check_library(library: LibrarySpec, names: Sequence[str], stored_peer: bool) -> None:
+    from algorithms.library import LIBRARY_AGENT
+
+    if stored_peer:
+        raise ConfigError("library: set stored_peer (a run to replay) or library, not both")
+    if (library.choose == "model") != (library.model is not None):
+        raise ConfigError(
+            f"library.model: {library.model!r} must be set exactly when library.choose is "
+            f"'model' (choose is {library.choose!r})"
+        )
+    if LIBRARY_AGENT in names:
+        raise ConfigError(f"agents: {LIBRARY_AGENT!r} is the library's name in a run; rename it")
 
 
 def _check_algorithm(name: str, options: Mapping[str, Any]) -> None:

@@ -1,0 +1,187 @@
+"""graft-library's peer: the stored groups of a trajectory library, looked up by prompt.
+
+Each step the receiver's all-fail prompts (k_R = 0) are looked up by key in the library;
+every group found (of size n, and of the named model under choose='model') is
+re-verified with this project's verifier against the receiver's own gold answer
+(GRAFT-SPEC §9), and one group per prompt becomes the prompt's peer group
+(`choose_group`). The peer is then one more agent of the step's rollouts, `LIBRARY_AGENT`,
+and graft-stored's exchange runs unchanged on it: the same gate (Eq.4, every candidate:
+one-way, no balancing), compatibility weights from the stored generation log-probs,
+floor and update.
+
+[project choice] A prompt the library cannot rescue (the receiver solved it, or no stored
+group can pass Eq.4) gets the receiver's own group as its "peer" group: Eq.4 can never
+select it (it needs k_R = 0 and k_S >= 1, and there k_S = k_R), so the gate sees exactly
+the library's groups and the exchange needs no change, without any made-up responses.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from algorithms.config import AlgorithmConfig
+from algorithms.core import exchange_candidates
+from algorithms.library import LIBRARY_AGENT
+from algorithms.library.format import LibraryError, LibraryGroup, prompt_key, read_library
+from algorithms.library.staleness import staleness_metrics
+from algorithms.types import AgentRollouts, TransferredGroup
+
+CHOICES = ("most_recent", "highest_k", "model")
+
+Verify = Callable[[Sequence[int], Mapping[str, Sequence[Sequence[str]]]], tuple[dict, dict]]
+"""`MultiAgentMathEnv.score_groups`: rewards and infos of groups for dataset items."""
+
+
+def _recency(group: LibraryGroup) -> tuple:
+    """Later written first; then the later source step; then the group id (a total order)."""
+    return (group.generated_at, -1 if group.step is None else group.step, group.group_id)
+
+
+def choose_group(groups: Sequence[LibraryGroup], ks: Sequence[int], rule: str) -> int:
+    """Which of a prompt's eligible groups (each with its re-verified k) is its peer group.
+
+    'most_recent' (the default): the latest written, the least stale; 'highest_k': the
+    most successes, then the latest; 'model': the latest (the groups are those of the
+    named model already)."""
+    if not groups:
+        raise ValueError("choose_group needs at least one group")
+    if rule not in CHOICES:
+        raise ValueError(f"unknown choice {rule!r}; valid: {', '.join(CHOICES)}")
+    if rule == "highest_k":
+        return max(range(len(groups)), key=lambda j: (ks[j], _recency(groups[j])))
+    return max(range(len(groups)), key=lambda j: _recency(groups[j]))
+
+
+@dataclass
+class Lookup:
+    """What one step found in the library."""
+
+    rollouts: AgentRollouts  # the peer's rows of the step's batch
+    chosen: dict[int, LibraryGroup]  # batch prompt -> its library peer group
+    time: float  # when it was looked up (Unix time)
+    counts: dict[str, float] = field(default_factory=dict)
+
+
+class LibrarySource:
+    """A trajectory library as seen by one receiver run (its dataset, n and gate rule)."""
+
+    def __init__(
+        self,
+        path: str,
+        choose: str,
+        model: str | None,
+        problem_texts: Sequence[str],
+        config: AlgorithmConfig,
+    ) -> None:
+        if config.selection != "gate":
+            raise LibraryError(
+                f"selection={config.selection!r} draws prompts without the gate, and a library "
+                "holds groups for few prompts: graft-library selects with the gate (Eq.4) only"
+            )
+        self.choose, self.n, self.candidates = choose, config.n, config.candidates
+        self.keys = [prompt_key(text) for text in problem_texts]
+        ours = set(self.keys)
+        self.by_key: dict[str, list[LibraryGroup]] = {}
+        groups = read_library(path)
+        for group in groups:
+            wanted = model is None or group.model_id == model
+            if group.key in ours and group.n == self.n and wanted:
+                self.by_key.setdefault(group.key, []).append(group)
+        usable = [group for found in self.by_key.values() for group in found]
+        unscored = [g for g in usable if "missing" in g.logprob_origins]
+        if unscored:
+            raise LibraryError(
+                f"{path}: {len(unscored)} of the groups this run can use have no generation "
+                f"log-probs (e.g. {unscored[0].group_id}, model {unscored[0].model_id}), and "
+                "the compatibility score s = exp(l_R - l_S) needs them: import them again "
+                "with --score-with MODEL (the source model)"
+            )
+        if not usable:
+            raise LibraryError(
+                f"{path}: none of its {len(groups)} groups is usable by this run (a problem of "
+                f"its dataset, n={self.n}{f', model {model}' if model else ''})"
+            )
+
+    def lookup(self, receiver: AgentRollouts, indices: Sequence[int], verify: Verify) -> Lookup:
+        """The peer rows for the receiver's batch (dataset items `indices`): the chosen
+        library group at each all-fail prompt that one can rescue, the receiver's own
+        group elsewhere (see the module docstring)."""
+        found = {
+            p: self.by_key[self.keys[indices[p]]]
+            for p in np.flatnonzero(receiver.k == 0).tolist()
+            if self.keys[indices[p]] in self.by_key
+        }
+        items = [(p, group) for p, groups in found.items() for group in groups]
+        rewards = np.empty((0, self.n))
+        if items:
+            verified, _ = verify(
+                [indices[p] for p, _ in items], {LIBRARY_AGENT: [g.texts for _, g in items]}
+            )
+            rewards = verified[LIBRARY_AGENT]
+        ks = rewards.sum(axis=1).astype(np.int64)
+        eligible = set(exchange_candidates(ks, np.zeros_like(ks), self.n, self.candidates).tolist())
+        chosen: dict[int, tuple[LibraryGroup, np.ndarray]] = {}
+        for p in found:
+            rows = [j for j, (q, _) in enumerate(items) if q == p and j in eligible]
+            if rows:
+                pick = rows[choose_group([items[j][1] for j in rows], ks[rows], self.choose)]
+                chosen[p] = (items[pick][1], rewards[pick])
+        changed = sum(
+            int(np.count_nonzero(group.rewards != rewards[j])) for j, (_, group) in enumerate(items)
+        )
+        return Lookup(
+            rollouts=self._peer_rollouts(receiver, chosen),
+            chosen={p: group for p, (group, _) in chosen.items()},
+            time=time.time(),
+            counts={
+                "library/all_fail_prompts": float(np.count_nonzero(receiver.k == 0)),
+                "library/found_prompts": float(len(found)),
+                "library/groups_verified": float(len(items)),
+                "library/rescuable_prompts": float(len(chosen)),
+                "library/reward_changed_on_reverify": float(changed),
+            },
+        )
+
+    def _peer_rollouts(
+        self, receiver: AgentRollouts, chosen: Mapping[int, tuple[LibraryGroup, np.ndarray]]
+    ) -> AgentRollouts:
+        def column(own: list, library: Callable[[LibraryGroup], list]) -> list:
+            return [library(chosen[p][0]) if p in chosen else own[p] for p in range(len(own))]
+
+        rewards = receiver.rewards.copy()
+        for p, (_, verified) in chosen.items():
+            rewards[p] = verified
+        return AgentRollouts(
+            agent=LIBRARY_AGENT,
+            prompt_ids=list(receiver.prompt_ids),
+            prompts=list(receiver.prompts),
+            texts=column(receiver.texts, lambda g: list(g.texts)),
+            token_ids=column(receiver.token_ids, lambda g: [ids or [] for ids in g.token_ids]),
+            logprobs=column(receiver.logprobs, lambda g: list(g.logprobs)),
+            finish_reasons=column(receiver.finish_reasons, lambda g: list(g.finish_reasons)),
+            rewards=rewards,
+        )
+
+
+def lookup_metrics(
+    receiver_step: int, lookup: Lookup, transfers: Sequence[TransferredGroup]
+) -> dict[str, float]:
+    """The step's library counts and the staleness of the groups it transferred."""
+    used = [group for group in transfers if group.source == LIBRARY_AGENT]
+    stored = [lookup.chosen[group.prompt_index] for group in used]
+    return {
+        **lookup.counts,
+        "library/used_groups": float(len(used)),
+        "library/rescued_prompts": float(sum(bool(np.any(g.weights > 0)) for g in used)),
+        **staleness_metrics(
+            receiver_step,
+            lookup.time,
+            [group.step for group in stored],
+            [group.generated_at for group in stored],
+            [group.weights for group in used],
+        ),
+    }

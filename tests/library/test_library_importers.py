@@ -1,0 +1,167 @@
+"""Importing rollouts from elsewhere: a run's rollouts exported as JSONL/Parquet and imported
+come back as the groups the run store gives, re-verified; without log-probs the entries are
+marked and refused, or scored with the source model."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+from library_runs import ENV, run_config
+
+from algorithms.library import ImportSpec, build_library, import_rollouts, read_library
+from algorithms.library.format import LibraryError
+from algorithms.loop import Trainer
+from graft_env import cli
+from graft_env.data import load
+
+PROBLEMS = {p.id: p for p in load("procedural", "train", **ENV["dataset_options"])}
+
+
+def exported(run_dir, logprobs: bool = True) -> list[dict]:
+    """The run's rollouts as another framework's log would hold them: one row per response,
+    the problem text (not this project's prompt), no group structure."""
+    table = ds.dataset(run_dir / "trajectories", format="parquet").to_table().to_pylist()
+    table.sort(key=lambda r: (r["step"], r["prompt_index"], r["response_index"]))
+    return [
+        {
+            "question": PROBLEMS[r["prompt_id"]].problem,
+            "completion": r["response"],
+            "reward": r["reward"],
+            "finish_reason": r["finish_reason"],
+            "step": r["step"],
+            **({"logprobs": r["logprobs"], "token_ids": r["token_ids"]} if logprobs else {}),
+        }
+        for r in table
+    ]
+
+
+def spec(path, columns=(), **changes) -> ImportSpec:
+    """The exported files' import: this dataset, their column names (and `columns`)."""
+    return ImportSpec(
+        path=str(path),
+        model="tiny-a",
+        dataset="procedural",
+        split="train",
+        dataset_options=ENV["dataset_options"],
+        columns={"prompt": "question", "response": "completion", **dict(columns)},
+        **changes,
+    )
+
+
+def by_prompt_and_step(groups):
+    return {(g.key, g.step): g for g in groups}
+
+
+def test_a_jsonl_import_round_trips_the_run_and_re_verifies(tmp_path, peer_runs):
+    rows = exported(peer_runs[0])
+    for row in rows[:3]:
+        row["reward"] = 1.0 - row["reward"]  # the exporter's reward is not trusted
+    rows.append({**rows[0], "question": "What is the capital of France?"})
+    path = tmp_path / "rollouts.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    summary = import_rollouts(spec(path), tmp_path / "lib")
+    assert (summary.groups, summary.responses, summary.skipped_rows) == (18, 72, 1)
+    assert (summary.reward_changed, summary.missing_logprobs, summary.rescored) == (3, 0, 0)
+
+    build_library([peer_runs[0]], tmp_path / "built")
+    built = by_prompt_and_step(read_library(tmp_path / "built"))
+    imported = by_prompt_and_step(read_library(tmp_path / "lib"))
+    assert imported.keys() == built.keys()
+    for where, want in built.items():
+        got = imported[where]
+        assert (got.texts, got.token_ids) == (want.texts, want.token_ids)
+        assert (got.finish_reasons, got.statuses) == (want.finish_reasons, want.statuses)
+        np.testing.assert_array_equal(got.rewards, want.rewards)
+        for a, b in zip(got.logprobs, want.logprobs, strict=True):
+            np.testing.assert_array_equal(a, b)
+        assert got.prompt_id == want.prompt_id and got.model_id == "tiny-a"
+        assert got.logprob_origins == ["generation"] * 4 and got.agent is None
+
+
+def test_without_log_probs_entries_are_marked_and_graft_library_refuses_them(tmp_path, peer_runs):
+    path = tmp_path / "rollouts.parquet"
+    pq.write_table(pa.Table.from_pylist(exported(peer_runs[0], logprobs=False)), path)
+    summary = import_rollouts(spec(path, format="parquet"), tmp_path / "lib")
+    assert summary.missing_logprobs == summary.responses == 72
+    groups = read_library(tmp_path / "lib")
+    assert all(g.logprob_origins == ["missing"] * 4 for g in groups)
+    assert all(lp is None for g in groups for lp in g.logprobs)
+    config = run_config(
+        tmp_path / "r",
+        "graft-library",
+        "tiny-b",
+        4,
+        steps=1,
+        library={"path": str(tmp_path / "lib")},
+    )
+    with pytest.raises(LibraryError) as error:
+        Trainer(config)
+    message = str(error.value)
+    assert "\n" not in message and "have no generation log-probs" in message
+    assert "--score-with MODEL" in message
+
+
+def test_missing_log_probs_are_scored_with_the_source_model(tmp_path, peer_runs):
+    rows = [row for row in exported(peer_runs[0], logprobs=False) if row["step"] == 0]
+    path = tmp_path / "rollouts.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    summary = import_rollouts(spec(path, score_with="tiny-a"), tmp_path / "lib")
+    assert (summary.rescored, summary.missing_logprobs) == (24, 0)
+    build_library([peer_runs[0]], tmp_path / "built")
+    built = by_prompt_and_step(read_library(tmp_path / "built"))
+    for where, got in by_prompt_and_step(read_library(tmp_path / "lib")).items():
+        # step 0 was sampled by the model as loaded: scoring it again gives its log-probs
+        want = built[where]
+        assert got.logprob_origins == ["rescored"] * 4
+        assert got.token_ids == want.token_ids
+        for a, b in zip(got.logprobs, want.logprobs, strict=True):
+            np.testing.assert_allclose(a, b, atol=1e-4)
+
+
+def test_bad_files_are_one_line_errors_naming_the_row(tmp_path, peer_runs):
+    rows = exported(peer_runs[0])[:4]
+    path = tmp_path / "rollouts.jsonl"
+    path.write_text(
+        "".join(
+            json.dumps({k: v for k, v in r.items() if k != "finish_reason"}) + "\n" for r in rows
+        )
+    )
+    with pytest.raises(LibraryError, match=rf"{path}:1: no finish reason .*--finish-reason"):
+        import_rollouts(spec(path), tmp_path / "lib")
+    assert import_rollouts(spec(path, finish_reason="length"), tmp_path / "lib").groups == 1
+    path.write_text(json.dumps({**rows[0], "logprobs": [-0.1, float("nan")]}) + "\n")
+    with pytest.raises(LibraryError, match=rf"{path}:1: log-probs must be a non-empty list of"):
+        import_rollouts(spec(path), tmp_path / "lib2")
+    path.write_text(json.dumps({**rows[0], "completion": ""}) + "\n")
+    with pytest.raises(
+        LibraryError, match=r":1: column 'completion' \(response\) must be a non-empty"
+    ):
+        import_rollouts(spec(path), tmp_path / "lib2")
+    with pytest.raises(LibraryError, match=r"unknown column role\(s\) \['answer'\]"):
+        import_rollouts(spec(path, columns={"answer": "x"}), tmp_path / "lib2")
+    path.write_text(json.dumps({**rows[0], "question": "Not a problem of the set."}) + "\n")
+    with pytest.raises(LibraryError, match=r"none of its 1 rows is a problem of procedural/train"):
+        import_rollouts(spec(path), tmp_path / "lib2")
+
+
+def test_graft_library_import(tmp_path, peer_runs, capsys):
+    path = tmp_path / "rollouts.jsonl"
+    path.write_text(
+        "".join(json.dumps(row) + "\n" for row in exported(peer_runs[1], logprobs=False))
+    )
+    lib = tmp_path / "lib"
+    argv = ["library", "import", str(path), "--model", "tiny-a", "--dataset", "procedural"]
+    argv += ["--split", "train", "--dataset-option", "size=4", "--dataset-option", "difficulty=1"]
+    argv += ["--column", "prompt=question", "--column", "response=completion", "--out", str(lib)]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert f"wrote {lib / 'part-000000.parquet'}: 18 groups, 72 responses" in out
+    assert "72 responses have no generation log-probs: marked 'missing'" in out
+    assert "responses without log-probs" in out  # the summary counts them per source
+    assert cli.main([*argv, "--append"]) == 2
+    assert "already holds 18 of these groups" in capsys.readouterr().err
