@@ -7,6 +7,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from algorithms.library.format import LibraryGroup
+from algorithms.library.importers import READERS
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -37,7 +38,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "re-verified against its gold answers, and grouped by prompt (and step, group).",
     )
     imp.add_argument("file", metavar="FILE")
-    imp.add_argument("--format", choices=("jsonl", "parquet"), default="jsonl")
+    imp.add_argument("--format", choices=tuple(READERS), default="jsonl")
     imp.add_argument("--model", required=True, help="the source model's id")
     imp.add_argument("--tokenizer", default=None, help="its tokenizer's id (default: --model)")
     imp.add_argument("--dataset", required=True, help="the dataset the library is for")

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,6 @@ import pyarrow.parquet as pq
 from algorithms.library.format import LibraryError, LibraryGroup, prompt_key, write_library
 from algorithms.types import FINISH_REASONS
 
-FORMATS = ("jsonl", "parquet")
 ROLES = (
     "prompt", "response", "logprobs", "token_ids", "finish_reason", "reward", "prompt_id",
     "step", "time", "group",
@@ -72,21 +71,28 @@ class ImportSummary:
     missing_logprobs: int
 
 
-def _rows(path: Path, file_format: str) -> list[tuple[str, dict[str, Any]]]:
-    """(where, row) for each row of the file, `where` naming it for errors."""
-    if file_format == "jsonl":
-        from graft_env.data.files import read_jsonl
+def _jsonl_rows(path: Path) -> list[tuple[str, dict[str, Any]]]:
+    from graft_env.data.files import read_jsonl
 
-        return [(f"{path}:{line}", row) for line, row in read_jsonl(path)]
-    if file_format == "parquet":
-        if not path.is_file():
-            raise LibraryError(f"{path} not found")
-        try:
-            rows = pq.read_table(path).to_pylist()
-        except (OSError, pa.ArrowException) as error:
-            raise LibraryError(f"{path}: not a readable Parquet file ({error})") from None
-        return [(f"{path} row {i}", row) for i, row in enumerate(rows)]
-    raise LibraryError(f"unknown import format {file_format!r}; valid: {', '.join(FORMATS)}")
+    return [(f"{path}:{line}", row) for line, row in read_jsonl(path)]
+
+
+def _parquet_rows(path: Path) -> list[tuple[str, dict[str, Any]]]:
+    if not path.is_file():
+        raise LibraryError(f"{path} not found")
+    try:
+        rows = pq.read_table(path).to_pylist()
+    except (OSError, pa.ArrowException) as error:
+        raise LibraryError(f"{path}: not a readable Parquet file ({error})") from None
+    return [(f"{path} row {i}", row) for i, row in enumerate(rows)]
+
+
+READERS: dict[str, Callable[[Path], list[tuple[str, dict[str, Any]]]]] = {
+    "jsonl": _jsonl_rows,
+    "parquet": _parquet_rows,
+}
+"""File format -> reader: `(where, row)` per response, `where` naming the row in errors
+(file:line), `row` a mapping from column names to values (CONTRIBUTING: adding one)."""
 
 
 def _value(row: Mapping[str, Any], role: str, columns: Mapping[str, str], where: str) -> Any:
@@ -182,8 +188,10 @@ def import_rollouts(
     unknown = sorted(set(spec.columns) - set(ROLES))
     if unknown:
         raise LibraryError(f"unknown column role(s) {unknown}; valid: {', '.join(ROLES)}")
+    if spec.format not in READERS:
+        raise LibraryError(f"unknown import format {spec.format!r}; valid: {', '.join(READERS)}")
     path = Path(spec.path).resolve()
-    rows = _rows(path, spec.format)
+    rows = READERS[spec.format](path)
     problems = {}
     for problem in load(spec.dataset, spec.split, spec.data_dir, **spec.dataset_options):
         problems.setdefault(prompt_key(problem.problem), problem)

@@ -142,6 +142,8 @@ def test_bad_files_are_one_line_errors_naming_the_row(tmp_path, peer_runs):
         LibraryError, match=r":1: column 'completion' \(response\) must be a non-empty"
     ):
         import_rollouts(spec(path), tmp_path / "lib2")
+    with pytest.raises(LibraryError, match=r"unknown import format 'csv'; valid: jsonl, parquet"):
+        import_rollouts(spec(path, format="csv"), tmp_path / "lib2")
     with pytest.raises(LibraryError, match=r"unknown column role\(s\) \['answer'\]"):
         import_rollouts(spec(path, columns={"answer": "x"}), tmp_path / "lib2")
     path.write_text(json.dumps({**rows[0], "question": "Not a problem of the set."}) + "\n")
