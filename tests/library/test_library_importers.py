@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from library_runs import ENV, run_config
 
-from algorithms.library import ImportSpec, build_library, import_rollouts, read_library
+from algorithms.library import ImportSpec, build_library, import_rollouts, importers, read_library
 from algorithms.library.format import LibraryError
 from algorithms.loop import Trainer
 from graft_env import cli
@@ -167,3 +167,45 @@ def test_graft_library_import(tmp_path, peer_runs, capsys):
     assert "responses without log-probs" in out  # the summary counts them per source
     assert cli.main([*argv, "--append"]) == 2
     assert "already holds 18 of these groups" in capsys.readouterr().err
+
+
+def test_a_new_format_is_one_reader(tmp_path, peer_runs, monkeypatch):
+    """CONTRIBUTING's example: vLLM-style dumps, one row per prompt with its outputs."""
+    from graft_env.data.files import read_jsonl
+
+    def vllm_rows(path):
+        return [
+            (f"{path}:{line} output {i}", {**out, "prompt": row["prompt"], "group": line})
+            for line, row in read_jsonl(path)
+            for i, out in enumerate(row["outputs"])
+        ]
+
+    monkeypatch.setitem(importers.READERS, "vllm-jsonl", vllm_rows)
+    rows = [r for r in exported(peer_runs[0]) if r["step"] == 1]
+    dumps = [
+        {
+            "prompt": rows[j]["question"],
+            "outputs": [
+                {
+                    "text": r["completion"],
+                    "logprobs": r["logprobs"],
+                    "finish_reason": r["finish_reason"],
+                }
+                for r in rows[j : j + 4]
+            ],
+        }
+        for j in range(0, len(rows), 4)
+    ]
+    path = tmp_path / "dump.jsonl"
+    path.write_text("".join(json.dumps(d) + "\n" for d in dumps))
+    summary = import_rollouts(
+        spec(path, format="vllm-jsonl", columns={"prompt": "prompt", "response": "text"}),
+        tmp_path / "lib",
+    )
+    assert (summary.groups, summary.responses, summary.missing_logprobs) == (6, 24, 0)
+    build_library([peer_runs[0]], tmp_path / "built")
+    built = {(g.key, tuple(g.texts)): g for g in read_library(tmp_path / "built") if g.step == 1}
+    for got in read_library(tmp_path / "lib"):
+        want = built[(got.key, tuple(got.texts))]
+        np.testing.assert_array_equal(got.rewards, want.rewards)
+        assert got.step is None and got.finish_reasons == want.finish_reasons
