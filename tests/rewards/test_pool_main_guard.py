@@ -16,23 +16,12 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 
-# The README's Python example with a complete step (the text proposed for the README): a
-# plain script, no main guard.
-README_EXAMPLE = textwrap.dedent(
-    r"""
-    import algorithms, gymnasium, graft_env
-    from graft_env.data import load
 
-    algo = algorithms.make("graft")  # or "grpo", "graft-no-compat", "hacpo", ...
-    algorithms.available()  # every registered entry
-    problems = load("math500", data_dir="../shared/data")
-    env = gymnasium.make("graft_env/MathReasoning-v0", dataset="math500", data_dir="../shared/data")
-    prompt, info = env.reset(options={"index": 0})  # or seed=... for a random problem
-    answer = "... so the answer is \\boxed{" + problems[0].answer + "}."
-    prompt, reward, terminated, truncated, info = env.step(answer)  # verified in worker processes
-    print(reward, info["status"], info["extracted"])  # 1.0 ok \left( 3, \frac{\pi}{2} \right)
-    """
-)
+def readme_example() -> str:
+    """The first ```python block of the README's "Using it" section, verbatim."""
+    text = (REPO / "README.md").read_text().split("## Using it", 1)[1]
+    return text.split("```python\n", 1)[1].split("```", 1)[0]
+
 
 UNGUARDED = textwrap.dedent(
     r"""
@@ -87,7 +76,7 @@ def test_code_from_stdin_needs_no_guard(tmp_path):
 
 def test_the_readme_example_steps_with_a_reward(tmp_path):
     script = tmp_path / "example.py"
-    script.write_text(README_EXAMPLE)
+    script.write_text(readme_example())
     done = _run([str(script)], REPO)  # the README's commands run in the checkout
     assert done.returncode == 0, done.stderr
     reward, status, extracted = done.stdout.split(maxsplit=2)
