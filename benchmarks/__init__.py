@@ -1,8 +1,15 @@
-"""Evaluation, the comparison harness and the benchmark scripts.
+"""The product harness, and the measurement scripts in `benchmarks.perf`.
 
-Every script here runs as ``python -m benchmarks.<name>``, which imports this package before
-the script itself: so this is where the OpenMP defaults (one thread, passive waiting) are set,
-before any script imports torch (`graft_env.threads` says why; a user's own settings win).
+Here: the SPEC §10 evaluation behind `graft eval` (`eval_command`, `evaluate`, `report`),
+the comparison grids behind `graft compare` (`compare_command`, `compare*`) and the study's
+report (`study_report`, `study_stats`). In `benchmarks/perf/`: the scripts that measure
+speed and memory and feed the README's measured figures, indexed in that package's
+docstring.
+
+A module here runs as ``python -m benchmarks.<name>`` and a script as
+``python -m benchmarks.perf.<name>``; either imports this package first: so this is where
+the OpenMP defaults (one thread, passive waiting) are set, before any script imports torch
+(`graft_env.threads` says why; a user's own settings win).
 """
 
 from graft_env.threads import process_defaults

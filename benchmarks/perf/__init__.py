@@ -1,1 +1,60 @@
-"""The measurement scripts: each runs as ``python -m benchmarks.perf.<name>``."""
+"""The measurement scripts behind the README's performance figures, and their helpers.
+
+Every script runs as ``python -m benchmarks.perf.<script>`` (importing ``benchmarks`` first
+sets the OpenMP defaults) and has a smoke test at its smallest size in
+tests/benchmarks/test_bench_smoke.py. What scripts share lives in a helper module, never
+in another script. The index, one row per module (what it measures; -> where the figures
+are reported):
+
+step_time            seconds per loop phase of a GRAFT step against a GRPO step, same pair
+                     and batch, alternating runs (CPU or --device cuda)
+                     -> README "Measured on this machine", row "GRAFT step / GRPO step";
+                        README "Measured on one H200 GPU", the GRAFT / GRPO bullet
+learning_check       does the loop learn: held-out pass@1 before and after GRPO on one tiny
+                     model over seeds, beside the sampler/trainer log-prob mismatch and the
+                     share of constant guesses
+                     -> README "Measured on this machine", row "learning check"
+vs_trl               our GRPO step against TRL's GRPOTrainer on the same workload: seconds
+                     per step and phase, tokens/s, peak RSS; and a 2-agent GRAFT step
+                     against a 2-agent GRPO step (needs the bench extra, trl)
+                     -> README "Measured on this machine", row "GRPO step vs TRL"
+real_pair_step       one GRAFT step of the real small pair (SmolLM2-135M <-> Gemma-3-270M):
+                     seconds per phase, peak resident memory
+                     -> README "Measured on this machine", row "one GRAFT step, real small
+                        pair"
+device_check         the transformers policy path on a GPU, per precision and model:
+                     sampling vs scoring log-probs, same-seed determinism, tokens/s, one
+                     update, save/load, peak memory
+                     -> README "Measured on one H200 GPU", the table
+                        (docs/results/gpu_check_h200/)
+policy_throughput    tokens/s of HFPolicy's generate and update against bare transformers
+                     calls on the same inputs; --levers: decoding levers
+                     -> README "Measured on one H200 GPU", the "Overhead against bare
+                        transformers calls" bullet
+threads              one short `graft train` per thread setting, alone and beside a busy
+                     process: step seconds, ratio to the best setting
+                     -> README "The two commands", the thread-settings paragraph
+ray_overhead         the Ray backend against the local one on the same run: step and
+                     start-up seconds, bytes crossing actor boundaries, rollout concurrency
+                     -> docs/scale-out.md (no README row)
+testbed_report       the exchange funnel of one GRAFT step on a pair's untrained models:
+                     gate candidates, kept by balancing and by the floor, peer share
+                     -> docs/study/PREREGISTRATION.md (no README row)
+verifier_throughput  items/s of the reward on MATH500 answers: the in-process verify_one
+                     loop against VerifierPool with 1 and 2 workers
+                     -> no README row
+vllm_throughput      generation tokens/s of the vLLM rollout backend against the
+                     transformers one on the same policy (needs vLLM: .ci/vllm)
+                     -> no README row
+
+Helpers (no main):
+
+common               the repository root, the loop benchmarks' run config and step timing
+                     (`procedural_run`, `step_phase_times`), the policy benchmarks' prompts
+                     and GRPO batch, the device clock (`synchronize`)
+device_checks        device_check's checks, each on one model at one precision
+device_summary       device_check's closing table
+trl_workload         vs_trl's fixed workload (tiny Llama, character tokenizer, 16 prompts)
+                     and the arithmetic of its report
+trl_sides            vs_trl's timed run of either trainer, ours or TRL's, in one process
+"""

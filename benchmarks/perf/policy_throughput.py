@@ -38,7 +38,8 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 import algorithms
-from algorithms.types import TrainBatch, TrainSequence
+from algorithms.types import TrainBatch
+from benchmarks.perf.common import PROBLEMS, grpo_batch, synchronize
 from graft_env.policies import Generation, HFPolicy, HFPolicyOptions, SamplingParams
 from graft_env.policies.forward import pack_prompt_response, position_ids_from_mask
 from graft_env.policies.hf_options import DTYPES
@@ -46,7 +47,6 @@ from graft_env.policies.tiny_models import TinyShape, build_model
 from graft_env.policies.tiny_tokenizer import PLAIN_STYLE, train_tokenizer
 from graft_env.threads import resolve_threads
 
-PROBLEMS = [f"Compute {17 * i + 3} + {29 * i + 11}." for i in range(64)]
 LEVERS = ("mkldnn", "bf16", "inference_mode")
 SMOLLM2_SHAPE = {  # HuggingFaceTB/SmolLM2-135M's config.json
     "vocab_size": 49152,
@@ -81,12 +81,6 @@ def _random_model(directory: Path, shape: str = "tiny") -> Path:
     return directory
 
 
-def synchronize(device: str | torch.device) -> None:
-    """Wait for queued kernels on a CUDA device, so the clock sees the work; no-op elsewhere."""
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _timed(run: Callable[[], int], device: str | torch.device = "cpu") -> tuple[float, int]:
     """(seconds, tokens processed) of one call."""
     synchronize(device)
@@ -112,16 +106,6 @@ def _bare_generate(policy: HFPolicy, prompts: list[str], n: int, max_new: int) -
     )
     new = output[:, ids.shape[1] :]
     return int((new != policy.pad_id).sum())
-
-
-def grpo_batch(agent: str, prompts: list[str], groups: list[list[Generation]]) -> TrainBatch:
-    """One minibatch of every generation, advantages alternating -0.5 / +0.5 in a group."""
-    sequences = [
-        TrainSequence(p, g.token_ids, g.logprobs, advantage=float(i % 2) - 0.5)
-        for p, group in enumerate(groups)
-        for i, g in enumerate(group)
-    ]
-    return TrainBatch(agent, prompts, sequences, [list(range(len(sequences)))])
 
 
 def _train_batch(policy: HFPolicy, prompts: list[str], n: int, max_new: int) -> TrainBatch:

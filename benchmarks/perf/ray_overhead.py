@@ -33,8 +33,7 @@ from algorithms.loop import Trainer, make_policies
 from algorithms.ray.cluster import connect
 from algorithms.ray_backend import RayPolicy, TrafficMeter, parse_ray_options
 from algorithms.run_config import TrainConfig
-from benchmarks.perf.common import procedural_run
-from benchmarks.perf.step_time import PHASES
+from benchmarks.perf.common import LOOP_PHASES, procedural_run
 from graft_env.policies import Policy, SamplingParams
 
 
@@ -77,7 +76,7 @@ def timed_run(config: TrainConfig) -> tuple[dict[str, Any], dict[str, Policy]]:
     while trainer.step < config.steps:
         started = time.perf_counter()
         record = trainer.run_step()
-        times = {phase: record.timings.get(phase, 0.0) for phase in PHASES}
+        times = {phase: record.timings.get(phase, 0.0) for phase in LOOP_PHASES}
         times["step"] = time.perf_counter() - started
         steps.append(times)
     return {"startup": startup, "steps": steps[1:]}, policies
@@ -152,7 +151,7 @@ def _report(times: dict[str, list[dict[str, Any]]], traffic: dict[str, Any], clu
     print(f"\nmedian seconds per step ({count} steps each, step 0 of every run left out)")
     print(f"{'phase':<10}{'local':>10}{'ray':>10}{'ratio':>8}")
     summary: dict[str, Any] = {"cluster_start_s": cluster_s}
-    for phase in (*PHASES, "step"):
+    for phase in (*LOOP_PHASES, "step"):
         local = statistics.median(s[phase] for s in steps["local"])
         ray = statistics.median(s[phase] for s in steps["ray"])
         ratio = ray / local if local > 0 else float("nan")

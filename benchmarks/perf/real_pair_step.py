@@ -15,18 +15,19 @@ import argparse
 import resource
 import tempfile
 import time
-from pathlib import Path
 
 import torch
 
 from algorithms.loop import Trainer
 from algorithms.run_config import load_config
+from benchmarks.perf.common import REPO
+
+DEFAULT_CONFIG = REPO / "configs" / "real_pair_gsm8k.yaml"
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    configs = Path(__file__).resolve().parents[2] / "configs"
-    parser.add_argument("--config", default=str(configs / "real_pair_gsm8k.yaml"))
+    parser.add_argument("--config", default=str(DEFAULT_CONFIG))
     parser.add_argument("--steps", type=int, default=1)
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--n", type=int, default=4)

@@ -23,44 +23,11 @@ from pathlib import Path
 
 import torch
 
-from algorithms.loop import Trainer
-from benchmarks.perf.common import procedural_run
-from benchmarks.perf.policy_throughput import synchronize
+from benchmarks.perf.common import LOOP_PHASES, step_phase_times
 from graft_env.policies.hf_options import DTYPES
-
-PHASES = ("rollout", "verify", "exchange", "scoring", "update")
-
-
-def run_once(algorithm: str, run_dir: Path, args: argparse.Namespace) -> list[dict[str, float]]:
-    """Per-step phase times of one fresh run."""
-    options = {"lr": 1e-4, "device": args.device, "dtype": args.dtype, "autocast": args.autocast}
-    agents = [{"name": m, "model": m, "options": dict(options)} for m in args.models]
-    config = procedural_run(
-        agents,
-        algorithm,
-        run_dir,
-        steps=args.steps,
-        batch_size=args.batch_size,
-        n=args.n,
-        max_new_tokens=args.max_new_tokens,
-        dataset_options={"size": 500},
-    )
-    trainer = Trainer(config)
-    steps = []
-    trainer.open()
-    synchronize(args.device)
-    while trainer.step < config.steps:
-        record = trainer.run_step()
-        synchronize(args.device)
-        times = {phase: record.timings.get(phase, 0.0) for phase in PHASES}
-        times["step"] = sum(record.timings.values())
-        steps.append(times)
-    return steps
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """This script's options; `vs_trl` builds its `run_once` arguments here too, so
-    every option has its default there as well."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--pairs", type=int, default=3, help="GRPO/GRAFT run pairs")
     parser.add_argument("--steps", type=int, default=3)
@@ -82,12 +49,23 @@ def main(argv: Sequence[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for pair in range(args.pairs):
             for algorithm in ("grpo", "graft"):
-                steps = run_once(algorithm, Path(tmp) / f"{algorithm}-{pair}", args)
+                steps = step_phase_times(
+                    algorithm,
+                    Path(tmp) / f"{algorithm}-{pair}",
+                    args.models,
+                    steps=args.steps,
+                    batch_size=args.batch_size,
+                    n=args.n,
+                    max_new_tokens=args.max_new_tokens,
+                    device=args.device,
+                    dtype=args.dtype,
+                    autocast=args.autocast,
+                )
                 times[algorithm] += steps
                 print(f"pair {pair} {algorithm}: " + ", ".join(f"{s['step']:.2f}s" for s in steps))
     print(f"\nmedian seconds per step ({len(times['grpo'])} steps each)")
     print(f"{'phase':<10}{'grpo':>10}{'graft':>10}{'ratio':>8}")
-    for phase in (*PHASES, "step"):
+    for phase in (*LOOP_PHASES, "step"):
         grpo = statistics.median(s[phase] for s in times["grpo"])
         graft = statistics.median(s[phase] for s in times["graft"])
         ratio = f"{graft / grpo:.2f}" if grpo > 0 else "-"

@@ -18,11 +18,12 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from benchmarks.perf.common import REPO
 from graft_env.data import load
 from graft_env.rewards import Verdict, VerifierPool, status_counts, verify_one
 from graft_env.rewards.checker import warm_up
 
-DEFAULT_DATA_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+DEFAULT_DATA_DIR = REPO.parent / "shared" / "data"
 POOL_SIZES = (1, 2)
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.perf.policy_throughput import PROBLEMS
+from benchmarks.perf.common import PROBLEMS
 from graft_env.policies import HFPolicy, SamplingParams, load_policy
 
 

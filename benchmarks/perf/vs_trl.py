@@ -34,7 +34,7 @@ its reward function (verify); update = the rest of the step. Measured processes 
 with OMP_WAIT_POLICY=PASSIVE (`child_env` says why).
 
 The last line is the GRAFT target: a 2-agent GRAFT step against a 2-agent GRPO step
-(= two GRPO steps) via `benchmarks.perf.step_time.run_once`, on the built-in tiny pair
+(= two GRPO steps) timed as `step_time` does, on the built-in tiny pair
 (tiny-a / tiny-b, whose complementary skills make exchanges happen; random models
 never exchange), same n, batch and token limit, in its own subprocess.
 
@@ -77,6 +77,7 @@ import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
+from benchmarks.perf.common import step_phase_times
 from benchmarks.perf.trl_sides import PHASES, SIDES, RunResult, run_side
 from benchmarks.perf.trl_workload import (
     Comparison,
@@ -162,21 +163,18 @@ def phase_split(results: list[RunResult]) -> dict[str, float]:
 
 
 def graft_vs_grpo(models: list[str], spec: WorkloadSpec, pairs: int, steps: int) -> Comparison:
-    """2-agent GRPO (baseline) and GRAFT (candidate) steps, alternating, via step_time.
+    """2-agent GRPO (baseline) and GRAFT (candidate) steps, alternating, as step_time runs them.
 
-    `step_time.run_once` trains both models from fresh weights on the procedural
+    `common.step_phase_times` trains both models from fresh weights on the procedural
     stream; its first step (verifier start-up, allocator warm-up) is dropped.
     """
-    from benchmarks.perf.step_time import parse_args, run_once
-
-    sizes = {"--n": spec.n, "--batch-size": spec.prompts, "--max-new-tokens": spec.max_new_tokens}
-    sizes["--steps"] = steps + 1
-    args = parse_args(["--models", *models, *(str(x) for item in sizes.items() for x in item)])
+    sizes = {"n": spec.n, "batch_size": spec.prompts, "max_new_tokens": spec.max_new_tokens}
     times: dict[str, list[list[float]]] = {"grpo": [], "graft": []}
     with tempfile.TemporaryDirectory() as scratch:
         for pair in range(pairs):
             for algorithm in times:
-                steps_run = run_once(algorithm, Path(scratch) / f"{algorithm}-{pair}", args)
+                run_dir = Path(scratch) / f"{algorithm}-{pair}"
+                steps_run = step_phase_times(algorithm, run_dir, models, steps=steps + 1, **sizes)
                 times[algorithm].append([s["step"] for s in steps_run[1:]])
     return compare("2-agent step seconds", times["grpo"], times["graft"], lower_is_better=True)
 

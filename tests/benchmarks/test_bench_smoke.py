@@ -1,10 +1,11 @@
 """Every benchmark script runs at its smallest size through its real entry point (its
-`main(argv)`, as `python -m benchmarks.<name>` calls it), so a change to a helper they share
+`main(argv)`, as `python -m benchmarks.perf.<name>` calls it), so a change to a helper they share
 cannot break one of them silently. What needs a package the default venv lacks (trl, vLLM,
 the real-pair models, CUDA) skips only that part; everything runs on one thread."""
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from pathlib import Path
@@ -12,7 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
+import benchmarks.perf
 from benchmarks.perf import (
+    common,
     device_check,
     learning_check,
     policy_throughput,
@@ -29,6 +32,7 @@ from benchmarks.perf.trl_sides import RunResult
 from benchmarks.perf.trl_workload import write_model
 
 REPO = Path(__file__).resolve().parents[2]
+PERF = REPO / "benchmarks" / "perf"
 ONE_THREAD = "--threads 1"
 SMALL_STEP = "--steps 1 --batch-size 2 --n 2 --max-new-tokens 4"
 # The benchmark scripts (modules with a main) and the smoke tests below that run them.
@@ -65,6 +69,40 @@ def test_every_benchmark_script_has_a_smoke_test():
     assert scripts - COMMANDS == SMOKED
 
 
+def test_the_perf_index_has_a_row_for_every_module_of_benchmarks_perf():
+    """`benchmarks.perf`'s docstring is the index (script or helper, what it measures)."""
+    modules = {path.stem for path in PERF.glob("*.py")} - {"__init__"}
+    rows = set(re.findall(r"^(\w+)  ", benchmarks.perf.__doc__, re.MULTILINE))
+    assert rows == modules
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module the source at `path` imports, by its full dotted name."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module == "benchmarks.perf":
+            names |= {f"benchmarks.perf.{alias.name}" for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            names.add(node.module or "")
+        elif isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+    return names
+
+
+def test_perf_scripts_import_no_other_script():
+    """What scripts share lives in helper modules (`common`, ...), not in another script."""
+    scripts = {f"benchmarks.perf.{name}" for name in SMOKED}
+    imports = {path.stem: imported_modules(path) & scripts for path in PERF.glob("*.py")}
+    assert {stem: found for stem, found in imports.items() if found} == {}
+
+
+def test_repo_relative_defaults_point_into_the_repository():
+    """The scripts sit a folder below the harness; their defaults still find the files."""
+    assert REPO == common.REPO
+    assert real_pair_step.DEFAULT_CONFIG.is_file()
+    assert REPO.parent / "shared" / "data" == verifier_throughput.DEFAULT_DATA_DIR
+
+
 def test_step_time(capsys):
     step_time.main(argv(f"--pairs 1 {SMALL_STEP} {ONE_THREAD}"))
     out = capsys.readouterr().out
@@ -81,7 +119,7 @@ def test_perf_vs_trl_our_side(tmp_path):
 
 
 def test_perf_vs_trl_graft_target(tmp_path):
-    """The child process that times GRAFT against GRPO through `step_time.run_once`."""
+    """The child process that times GRAFT against GRPO through `common.step_phase_times`."""
     out = tmp_path / "graft.json"
     vs_trl.main(argv(f"--child graft --graft-pairs 1 --graft-steps 1 {ONE_THREAD}", out=out))
     found = json.loads(out.read_text())
