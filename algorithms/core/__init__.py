@@ -6,7 +6,18 @@ work on numpy arrays; the losses work on torch tensors.
 """
 
 from algorithms.core.advantages import group_advantages
-from algorithms.core.losses import SurrogateOutput, clipped_surrogate, reference_kl, token_nll
+from algorithms.core.losses import (
+    SurrogateOutput,
+    agg_loss,
+    clip_active,
+    clip_bounds,
+    clipped_surrogate,
+    log_ratio,
+    luffy_term,
+    ppo_clip_term,
+    reference_kl,
+    token_nll,
+)
 from algorithms.core.ordering import order_minibatches
 from algorithms.core.selection import (
     exchange_candidates,
@@ -30,14 +41,20 @@ __all__ = [
     "SurrogateOutput",
     "admitted_by_floor",
     "admitted_weights",
+    "agg_loss",
+    "clip_active",
+    "clip_bounds",
     "clipped_surrogate",
     "compatibility_scores",
     "compatibility_weights",
     "exchange_candidates",
     "floor_weights",
     "group_advantages",
+    "log_ratio",
+    "luffy_term",
     "normalised_loglik",
     "order_minibatches",
+    "ppo_clip_term",
     "random_admission",
     "random_prompt_selection",
     "reference_kl",

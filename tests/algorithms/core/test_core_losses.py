@@ -282,17 +282,6 @@ def test_token_nll_is_the_mean_over_masked_tokens() -> None:
     assert empty.item() == 0 and torch.all(new.grad == 0)
 
 
-@SETTINGS
-@given(batch=batches, coef=st.floats(0.0, 1.0))
-def test_nll_rows_add_a_scaled_token_nll(batch: Batch, coef: float) -> None:
-    nll_rows = batch.weights == 0
-    output = surrogate(batch, batch.new_logp(), nll=nll_rows, nll_coef=coef)
-    without = surrogate(batch, batch.new_logp())
-    nll = token_nll(batch.new[nll_rows], batch.mask[nll_rows])
-    torch.testing.assert_close(output.loss, without.loss + coef * nll, rtol=1e-12, atol=1e-12)
-    assert output.nll_tokens == batch.mask[nll_rows].sum()
-
-
 @pytest.mark.parametrize(
     ("options", "error", "message"),
     [
