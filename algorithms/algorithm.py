@@ -8,9 +8,9 @@ exchange strategy that config names. Each step the loop calls, in order:
    (statistics on `last_exchange_stats`).
 3. `build_batches(rollouts, transfers, receivers, rng)`: one `TrainBatch` per
    receiver with the minibatch order fixed (counts on `last_batch_stats`).
-4. `loss(new_logp, sequences)` per minibatch: Eq.10 via `clipped_surrogate`
-   (plus the KL term, with the reference log-probs the policy computes, when
-   `needs_reference`).
+4. `loss(new_logp, sequences)` per minibatch: Eq.10 via one `clipped_surrogate`
+   (plus SGT's NLL, and the KL term, with the reference log-probs the policy
+   computes, when `needs_reference`).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from algorithms.collate import CollatedSequences, collate
 from algorithms.config import AlgorithmConfig
 from algorithms.core import (
     SurrogateOutput,
+    agg_loss,
     clipped_surrogate,
     group_advantages,
     order_minibatches,
@@ -260,8 +261,7 @@ class Algorithm:
         new_logp [B, T]: the receiver's current log-probs of each sequence's response
         tokens, right-padded. Own and peer rows share Eq.10's denominator (token count,
         or the constant_norm budget per response); when the config gives peers their
-        own clip range, the two row sets go through `clipped_surrogate` separately and
-        are recombined by their denominators.
+        own clip range (HACPO), the peer rows carry it as their per-row clip bounds.
 
         ref_logp [B, T]: the same tokens under the frozen initial policy, given exactly
         when `needs_reference`; the loss then adds kl_coef x the k3 KL over the policy
@@ -276,32 +276,19 @@ class Algorithm:
         cfg = self.config
         self._check_reference(ref_logp)
         batch = collate(sequences, new_logp)
-        outputs = self._surrogates(new_logp, batch)
-        pg_tokens = sum(out.pg_tokens for out in outputs)
-        normaliser = sum(out.normaliser for out in outputs)
-        if len(outputs) == 1:
-            pg_loss = outputs[0].loss
-        else:
-            pg_loss = sum(out.loss * out.normaliser for out in outputs) / normaliser.clamp(min=1)
+        surrogate = self._surrogate(new_logp, batch)
         nll_mask = batch.mask * batch.nll[:, None].to(batch.mask.dtype)
         nll = token_nll(new_logp, nll_mask)
-        loss = pg_loss + cfg.sgt_coef * nll if bool(batch.nll.any()) else pg_loss
+        loss = surrogate.loss + cfg.sgt_coef * nll if bool(batch.nll.any()) else surrogate.loss
         kl_stats = {}
         if ref_logp is not None:
-            kl = self._reference_kl(new_logp, ref_logp, batch, normaliser)
+            kl = self._reference_kl(new_logp, ref_logp, batch, surrogate.normaliser)
             loss = loss + cfg.kl_coef * kl
             kl_stats["kl"] = float(kl.detach())
-
-        def total(name: str) -> float:
-            return float(sum(getattr(out, name) for out in outputs))
-
+        counts = ("pg_tokens", "own_tokens", "peer_tokens", "clipped_own", "clipped_peer")
         stats = {
             "loss": float(loss.detach()),
-            "pg_tokens": float(pg_tokens),
-            "own_tokens": total("own_tokens"),
-            "peer_tokens": total("peer_tokens"),
-            "clipped_own": total("clipped_own"),
-            "clipped_peer": total("clipped_peer"),
+            **{name: float(getattr(surrogate, name)) for name in counts},
             "nll": float(nll.detach()),
             "nll_tokens": float(nll_mask.sum()),
             **kl_stats,
@@ -318,46 +305,33 @@ class Algorithm:
                 else f"algorithm {self.name!r}: ref_logp given, but kl_coef is 0"
             )
 
-    def _surrogates(
-        self, new_logp: torch.Tensor, batch: CollatedSequences
-    ) -> list[SurrogateOutput]:
-        """Eq.10 over the batch: one `clipped_surrogate`, or one per row set (own, peer)
-        when the config gives peers their own clip range."""
+    def _surrogate(self, new_logp: torch.Tensor, batch: CollatedSequences) -> SurrogateOutput:
+        """Eq.10 over the batch, with the config's ratio form, LUFFY's peer term and the
+        clip radii per row: peers take peer_eps_* where set (HACPO), else the own radii."""
         cfg = self.config
         rows = len(batch.weights)
         seq_ratio = torch.full((rows,), cfg.ratio == "sequence", device=new_logp.device)
-        luffy = batch.is_peer & (cfg.peer_objective == "luffy")
-        own_eps = (cfg.eps_low, cfg.eps_high)
-        peer_eps = (
-            cfg.eps_low if cfg.peer_eps_low is None else cfg.peer_eps_low,
-            cfg.eps_high if cfg.peer_eps_high is None else cfg.peer_eps_high,
+
+        def radius(own: float, peer: float | None) -> torch.Tensor:
+            # float64, so 1 - eps is the same double a Python float bound would give
+            own_rows = torch.full((rows,), own, dtype=torch.float64, device=new_logp.device)
+            return own_rows if peer is None else torch.where(batch.is_peer, peer, own_rows)
+
+        return clipped_surrogate(
+            new_logp,
+            batch.old_logp,
+            batch.mask,
+            batch.advantages,
+            batch.weights,
+            eps_low=radius(cfg.eps_low, cfg.peer_eps_low),
+            eps_high=radius(cfg.eps_high, cfg.peer_eps_high),
+            clip=batch.clip,
+            seq_ratio=seq_ratio,
+            is_peer=batch.is_peer,
+            luffy=batch.is_peer & (cfg.peer_objective == "luffy"),
+            luffy_gamma=cfg.luffy_gamma,
+            constant_norm=cfg.constant_norm,
         )
-        if peer_eps == own_eps:
-            parts = [(batch.weights, own_eps)]
-        else:
-            zero = torch.zeros_like(batch.weights)
-            parts = [
-                (torch.where(batch.is_peer, zero, batch.weights), own_eps),
-                (torch.where(batch.is_peer, batch.weights, zero), peer_eps),
-            ]
-        return [
-            clipped_surrogate(
-                new_logp,
-                batch.old_logp,
-                batch.mask,
-                batch.advantages,
-                weights,
-                eps_low=eps_low,
-                eps_high=eps_high,
-                clip=batch.clip,
-                seq_ratio=seq_ratio,
-                is_peer=batch.is_peer,
-                luffy=luffy,
-                luffy_gamma=cfg.luffy_gamma,
-                constant_norm=cfg.constant_norm,
-            )
-            for weights, (eps_low, eps_high) in parts
-        ]
 
     @staticmethod
     def _reference_kl(
@@ -367,6 +341,6 @@ class Algorithm:
         normaliser: torch.Tensor,
     ) -> torch.Tensor:
         """The k3 KL to the reference over the policy gradient's tokens (rows with w > 0),
-        divided by the policy loss's normaliser (verl's kl_loss)."""
-        pg_mask = batch.mask * (batch.weights > 0)[:, None].to(batch.mask.dtype)
-        return reference_kl(new_logp, ref_logp, pg_mask).sum() / normaliser.clamp(min=1)
+        aggregated like the policy loss, by its normaliser (verl's kl_loss)."""
+        pg_mask = batch.mask.bool() & (batch.weights > 0)[:, None]
+        return agg_loss(reference_kl(new_logp, ref_logp, pg_mask), pg_mask, normaliser)
