@@ -11,7 +11,9 @@ import algorithms
 from algorithms.loop import Trainer
 
 SINGLE_AGENT = {"grpo", "grpo-dynamic"}
-NEEDS_STORE = {"graft-stored"}
+# entries that read a stored source: their updates are tested with one (test_loop_stored.py,
+# tests/library/test_library_receiver.py)
+NEEDS_STORE = {"graft-stored", "graft-library"}
 
 
 def snapshot(policy) -> dict[str, torch.Tensor]:
