@@ -9,12 +9,14 @@ torch and the loop are imported by the functions that use them: `verifier_throug
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from algorithms.run_config import TrainConfig, config_from_dict
 from algorithms.types import TrainBatch, TrainSequence
+from graft_env.threads import resolve_threads
 
 if TYPE_CHECKING:
     import torch
@@ -26,6 +28,17 @@ PROBLEMS = [f"Compute {17 * i + 3} + {29 * i + 11}." for i in range(64)]
 """The policy benchmarks' questions (formatted with each model's own template)."""
 LOOP_PHASES = ("rollout", "verify", "exchange", "scoring", "update")
 """The loop's timed phases (`StepRecord.timings`) that the step benchmarks report."""
+
+
+def add_threads_option(parser: argparse.ArgumentParser, what: str = "torch threads") -> None:
+    """`--threads`, defaulting as `graft train` does ($OMP_NUM_THREADS, else 1), so every
+    script measures the loop's default unless told otherwise (README rows name theirs)."""
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=resolve_threads(None),
+        help=f"{what} ($OMP_NUM_THREADS, else 1)",
+    )
 
 
 def procedural_run(

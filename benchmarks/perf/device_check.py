@@ -45,7 +45,7 @@ from pathlib import Path
 import torch
 import transformers
 
-from benchmarks.perf.common import PROBLEMS
+from benchmarks.perf.common import PROBLEMS, add_threads_option
 from benchmarks.perf.device_checks import (
     PRECISIONS,
     Case,
@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--lr", type=float, default=1e-4, help="AdamW lr of the update check")
-    parser.add_argument("--threads", type=int, default=2)
+    add_threads_option(parser)
     parser.add_argument("--json", type=Path, default=None, help="write results here")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)

@@ -36,7 +36,7 @@ import torch
 
 from algorithms.loop import Trainer
 from benchmarks.evaluate import evaluate
-from benchmarks.perf.common import procedural_run
+from benchmarks.perf.common import add_threads_option, procedural_run
 from graft_env.data import load
 from graft_env.policies import SamplingParams, load_policy
 
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--eval-problems", type=int, default=200, help="per skill")
     parser.add_argument("--k", type=int, default=8)
     parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--threads", type=int, default=2)
+    add_threads_option(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     sets = {

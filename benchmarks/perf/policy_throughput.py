@@ -39,13 +39,12 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 import algorithms
 from algorithms.types import TrainBatch
-from benchmarks.perf.common import PROBLEMS, grpo_batch, synchronize
+from benchmarks.perf.common import PROBLEMS, add_threads_option, grpo_batch, synchronize
 from graft_env.policies import Generation, HFPolicy, HFPolicyOptions, SamplingParams
 from graft_env.policies.forward import pack_prompt_response, position_ids_from_mask
 from graft_env.policies.hf_options import DTYPES
 from graft_env.policies.tiny_models import TinyShape, build_model
 from graft_env.policies.tiny_tokenizer import PLAIN_STYLE, train_tokenizer
-from graft_env.threads import resolve_threads
 
 LEVERS = ("mkldnn", "bf16", "inference_mode")
 SMOLLM2_SHAPE = {  # HuggingFaceTB/SmolLM2-135M's config.json
@@ -280,9 +279,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--n", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument(
-        "--threads", type=int, default=resolve_threads(None), help="$OMP_NUM_THREADS, else 1"
-    )
+    add_threads_option(parser)
     parser.add_argument("--device", default="cpu", help='torch device ("cpu", "cuda", ...)')
     parser.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
     parser.add_argument("--autocast", default=None, choices=["bfloat16"], help="mixed precision")

@@ -33,7 +33,7 @@ from algorithms.loop import Trainer, make_policies
 from algorithms.ray.cluster import connect
 from algorithms.ray_backend import RayPolicy, TrafficMeter, parse_ray_options
 from algorithms.run_config import TrainConfig
-from benchmarks.perf.common import LOOP_PHASES, procedural_run
+from benchmarks.perf.common import LOOP_PHASES, add_threads_option, procedural_run
 from graft_env.policies import Policy, SamplingParams
 
 
@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--n", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--models", nargs=2, default=["tiny-a", "tiny-b"])
-    parser.add_argument("--threads", type=int, default=1, help="torch threads, both backends")
+    add_threads_option(parser, "torch threads, both backends")
     parser.add_argument("--repeats", type=int, default=3, help="rollout concurrency repeats")
     parser.add_argument("--json", type=Path, default=None, help="also write results here")
     args = parser.parse_args(argv)

@@ -20,7 +20,7 @@ import torch
 
 from algorithms.loop import Trainer
 from algorithms.run_config import load_config
-from benchmarks.perf.common import REPO
+from benchmarks.perf.common import REPO, add_threads_option
 
 DEFAULT_CONFIG = REPO / "configs" / "real_pair_gsm8k.yaml"
 
@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--n", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--threads", type=int, default=2)
+    add_threads_option(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.perf.common import LOOP_PHASES, step_phase_times
+from benchmarks.perf.common import LOOP_PHASES, add_threads_option, step_phase_times
 from graft_env.policies.hf_options import DTYPES
 
 
@@ -35,7 +35,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--n", type=int, default=8)
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--models", nargs=2, default=["tiny-a", "tiny-b"])
-    parser.add_argument("--threads", type=int, default=2)
+    add_threads_option(parser)
     parser.add_argument("--device", default="cpu", help='torch device ("cpu", "cuda", ...)')
     parser.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
     parser.add_argument("--autocast", default=None, choices=["bfloat16"], help="mixed precision")

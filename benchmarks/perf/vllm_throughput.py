@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.perf.common import PROBLEMS
+from benchmarks.perf.common import PROBLEMS, add_threads_option
 from graft_env.policies import HFPolicy, SamplingParams, load_policy
 
 
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--n", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (transformers)")
+    add_threads_option(parser, "torch threads (transformers)")
     parser.add_argument("--json", type=Path, default=None, help="also write results here")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)

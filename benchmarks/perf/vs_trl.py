@@ -77,7 +77,7 @@ import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
-from benchmarks.perf.common import step_phase_times
+from benchmarks.perf.common import add_threads_option, step_phase_times
 from benchmarks.perf.trl_sides import PHASES, SIDES, RunResult, run_side
 from benchmarks.perf.trl_workload import (
     Comparison,
@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pairs", type=int, default=10, help="TRL/ours run pairs")
     parser.add_argument("--steps", type=int, default=3, help="timed steps per run")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps per run")
-    parser.add_argument("--threads", type=int, default=2)
+    add_threads_option(parser)
     parser.add_argument("--seed", type=int, default=0, help="model init and sampling seed")
     parser.add_argument(
         "--omp-wait-policy",
