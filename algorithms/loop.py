@@ -20,7 +20,6 @@ window), so a run resumed from a checkpoint reproduces an uninterrupted one.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import contextmanager
@@ -52,7 +51,7 @@ from algorithms.rollout import (
 )
 from algorithms.run_config import ConfigError, TrainConfig, parse_yaml, result_differences
 from algorithms.run_dir import create_run_dir, holds_steps, set_aside
-from algorithms.store import StoreError, TrajectoryStore
+from algorithms.store import StoreError, TrajectoryStore, atomic_write_bytes
 from algorithms.types import AgentRollouts, ScoredText, Scorer, TrainBatch, TransferredGroup
 from algorithms.wandb_sink import WandbSink
 from graft_env.envs import MultiAgentMathEnv, prompt_batch_indices
@@ -202,21 +201,21 @@ class Trainer:
         create_run_dir(self.run_dir)
         ours = self.config.to_dict()
         self._check_config(ours)
-        config_path, text = self.run_dir / "config.yaml", yaml.safe_dump(ours, sort_keys=False)
-        if not config_path.is_file() or config_path.read_text() != text:
-            tmp = config_path.with_name(".config.yaml.tmp")
-            tmp.write_text(text)
-            os.replace(tmp, config_path)  # this run's settings (steps, run_dir may change)
         checkpoints = self.run_dir / "checkpoints"
         found = latest_checkpoint(checkpoints) if resume else None
         if found is None and resume and has_checkpoints(checkpoints):
-            kept = set_aside(self.run_dir, keep=frozenset({config_path.name}))
+            # before this run's config.yaml replaces the one that describes those files
+            kept = set_aside(self.run_dir)
             log.warning(
                 "%s: no checkpoint is usable (see above), so the run restarts from step 0; "
                 "the earlier attempt's files are kept in %s",
                 self.run_dir,
                 kept,
             )
+        config_path, text = self.run_dir / "config.yaml", yaml.safe_dump(ours, sort_keys=False)
+        if not config_path.is_file() or config_path.read_text() != text:
+            # this run's settings (steps, run_dir may change)
+            atomic_write_bytes(config_path, text.encode(), what="the run's config")
         self.checkpoint = found[0] if found is not None else None
         if found is not None:
             path, state = found

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from algorithms.exchange import ExchangeStats
+from algorithms.store import atomic_write_bytes
 from algorithms.types import AgentRollouts
 from algorithms.wandb_sink import WandbSink
 
@@ -164,16 +165,28 @@ class MetricsLog:
         if not self.path.exists():
             return
         kept = [line for line, row in read_rows(self.path) if row["step"] < step]
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text("".join(line + "\n" for line in kept))
-        os.replace(tmp, self.path)
+        text = "".join(line + "\n" for line in kept)
+        atomic_write_bytes(
+            self.path, text.encode(), what="the metrics log cut back to its checkpoint"
+        )
 
     def write(self, step: int, agent: str, metrics: Mapping[str, Any]) -> None:
+        """Append one row; a failed append (a full disk, whose `OSError` names no file) is an
+        `OSError` naming the log (a part of the row left behind is a torn last line, which
+        `read_rows` drops)."""
         row = {"step": step, "agent": agent, **metrics}
-        with self.path.open("a") as handle:
-            handle.write(json.dumps(row, sort_keys=True) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
+        try:
+            with self.path.open("a") as handle:
+                handle.write(json.dumps(row, sort_keys=True) + "\n")
+                handle.flush()
+                os.fsync(handle.fileno())
+        except OSError as error:
+            reason = error.strerror or str(error)
+            raise OSError(
+                error.errno,
+                f"{reason}; the metrics row of step {step} ({agent}) was not written",
+                str(self.path),
+            ) from error
         if self._tb is not None:
             for key, value in metrics.items():
                 if isinstance(value, int | float) and not isinstance(value, bool):

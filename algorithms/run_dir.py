@@ -67,18 +67,18 @@ def holds_steps(run_dir: Path) -> bool:
     )
 
 
-def set_aside(run_dir: Path, keep: frozenset[str]) -> Path:
-    """Move everything in `run_dir` but `keep`, the marker and earlier set-aside folders
-    into a new ``earlier-<UTC time>/`` folder; returns that folder."""
+def set_aside(run_dir: Path) -> Path:
+    """Move everything in `run_dir` but the marker and earlier set-aside folders (its
+    config.yaml too: the settings of the files set aside) into a new
+    ``earlier-<UTC time>/`` folder; returns that folder."""
     stamp = f"{EARLIER}{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
     folder, again = run_dir / stamp, 1
     while folder.exists():  # two restarts within one second
         again += 1
         folder = run_dir / f"{stamp}-{again}"
     folder.mkdir()
-    stays = keep | {MARKER}
     for path in sorted(run_dir.iterdir()):
-        if path.name not in stays and not path.name.startswith(EARLIER):  # nor `folder`
+        if path.name != MARKER and not path.name.startswith(EARLIER):  # nor `folder`
             os.replace(path, folder / path.name)
     return folder
 

@@ -68,9 +68,10 @@ class StoreCorruptError(StoreError):
     or cannot be parsed: it was damaged and is not read."""
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
+def atomic_write_bytes(path: Path, data: bytes, what: str = "the trajectory store file") -> None:
     """Write `path` whole or not at all; a failed write (a full disk, whose `OSError` names
-    no file) is an `OSError` naming `path`, and leaves no temporary file taking space."""
+    no file) is an `OSError` naming `path` (and saying that `what` was not written), and
+    leaves no temporary file taking space."""
     tmp = path.with_name(f".{path.name}.tmp")
     try:
         with tmp.open("wb") as handle:
@@ -80,9 +81,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     except OSError as error:
         tmp.unlink(missing_ok=True)
         reason = error.strerror or str(error)
-        raise OSError(
-            error.errno, f"{reason}; the trajectory store file was not written", str(path)
-        ) from error
+        raise OSError(error.errno, f"{reason}; {what} was not written", str(path)) from error
     os.replace(tmp, path)
 
 

@@ -22,6 +22,7 @@ from safetensors import SafetensorError
 
 import algorithms.store
 from algorithms.checkpoint import latest_checkpoint, save_checkpoint
+from algorithms.metrics import MetricsLog
 from algorithms.store import TrajectoryStore
 from algorithms.types import AgentRollouts
 from graft_env import cli
@@ -156,3 +157,57 @@ def test_graft_train_on_a_full_disk_is_one_line_and_resumes_from_the_last_checkp
     assert err[-1].endswith(f": {checkpoints / 'step_000002'}")
     assert sorted(p.name for p in checkpoints.iterdir()) == ["step_000001"]
     assert latest_checkpoint(checkpoints)[1]["step"] == 1
+
+
+def _full_fsync(monkeypatch) -> None:
+    """Every fsync fails as a full disk makes the flush of buffered bytes fail."""
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, FULL)
+
+    monkeypatch.setattr(os, "fsync", full)
+
+
+def test_a_metrics_row_that_cannot_be_appended_is_an_error_naming_the_log(tmp_path, monkeypatch):
+    metrics = MetricsLog(tmp_path, tensorboard=False)
+    metrics.write(0, "tiny-a", {"reward_mean": 0.5})
+    _full_fsync(monkeypatch)
+    with pytest.raises(OSError) as caught:
+        metrics.write(1, "tiny-a", {"reward_mean": 0.25})
+    assert caught.value.errno == errno.ENOSPC
+    assert caught.value.filename == str(tmp_path / "metrics.jsonl")
+    assert caught.value.strerror == f"{FULL}; the metrics row of step 1 (tiny-a) was not written"
+    monkeypatch.undo()
+    assert metrics.rows()[0] == {"step": 0, "agent": "tiny-a", "reward_mean": 0.5}
+
+
+def test_a_metrics_log_that_cannot_be_cut_back_is_an_error_naming_it_and_stays_whole(
+    tmp_path, monkeypatch
+):
+    metrics = MetricsLog(tmp_path, tensorboard=False)
+    for step in range(3):
+        metrics.write(step, "tiny-a", {"reward_mean": 0.5})
+    before = metrics.path.read_bytes()
+    _full_fsync(monkeypatch)
+    with pytest.raises(OSError) as caught:
+        metrics.truncate_to(1)
+    assert caught.value.errno == errno.ENOSPC and caught.value.filename == str(metrics.path)
+    assert os.listdir(tmp_path) == ["metrics.jsonl"]  # no temporary copy left taking space
+    assert metrics.path.read_bytes() == before
+
+
+def test_graft_train_that_cannot_write_its_config_names_it_and_leaves_no_temporary_file(
+    tmp_path, capsys, monkeypatch
+):
+    import yaml
+
+    run_dir = tmp_path / "run"
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(small_config(run_dir, "graft", steps=1).to_dict()))
+    _full_fsync(monkeypatch)
+    assert cli.main(["train", "--config", str(config)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1] == (
+        f"graft train: error: {FULL}; the run's config was not written: {run_dir / 'config.yaml'}"
+    )
+    assert sorted(p.name for p in run_dir.iterdir()) == ["graft-run.json"]

@@ -103,9 +103,11 @@ def test_when_every_checkpoint_is_unusable_the_earlier_files_are_kept(
     config = small_config(run_dir, "graft", steps=2)
     Trainer(config, policies=fresh_policies("tiny-a", "tiny-b")).train()
     metrics = (run_dir / "metrics.jsonl").read_text()
+    earlier_config = (run_dir / "config.yaml").read_text()
     for checkpoint in (run_dir / "checkpoints").glob("step_*"):
         (checkpoint / "MANIFEST.json").unlink()
-    trainer = Trainer(config, policies=fresh_policies("tiny-a", "tiny-b"))
+    longer = small_config(run_dir, "graft", steps=3)  # a change a resume may make
+    trainer = Trainer(longer, policies=fresh_policies("tiny-a", "tiny-b"))
     with caplog.at_level(logging.WARNING, logger="algorithms.loop"):
         trainer.open()
     assert trainer.step == 0
@@ -119,6 +121,8 @@ def test_when_every_checkpoint_is_unusable_the_earlier_files_are_kept(
         "step_000002",
     ]
     assert (kept / "trajectories" / "step_000001" / "tiny-b.parquet").is_file()
+    assert (kept / "config.yaml").read_text() == earlier_config  # the settings of its files
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["steps"] == 3
     assert not (run_dir / "metrics.jsonl").exists()
 
 
