@@ -14,25 +14,27 @@ of used groups), `command` (`graft library`).
     groups = read_library("runs/lib")
 """
 
-LIBRARY_AGENT = "library"
-"""The library's name as an agent of a receiver's rollouts (exchange/library-><receiver>/...)."""
-
-from algorithms.library.build import build_library  # noqa: E402 (after the constant above)
-from algorithms.library.format import (  # noqa: E402
+from algorithms.library.build import build_library
+from algorithms.library.format import (
+    LIBRARY_AGENT,
+    Library,
     LibraryError,
     LibraryGroup,
+    load_library,
     prompt_key,
     read_library,
 )
-from algorithms.library.importers import ImportSpec, import_rollouts  # noqa: E402
+from algorithms.library.importers import ImportSpec, import_rollouts
 
 __all__ = [
     "LIBRARY_AGENT",
     "ImportSpec",
+    "Library",
     "LibraryError",
     "LibraryGroup",
     "build_library",
     "import_rollouts",
+    "load_library",
     "prompt_key",
     "read_library",
 ]

@@ -4,11 +4,16 @@ Layout::
 
     LIB/_library.json          format name and version (checked on every read)
     LIB/part-000000.parquet    one row per response; one part per build or import
-    LIB/_MANIFEST.json         size and SHA-256 of each file beside it
+    LIB/_MANIFEST.json         size and SHA-256 of each file beside it: the library's parts
+    .LIB.lock                  beside LIB: held by a build or append while it writes
 
 A new library is written into a hidden folder beside `LIB` and renamed into place, so a
 library that exists is complete; an appended part is written to a temporary name and
-renamed, then recorded in the manifest (as the run store does, `algorithms.store`).
+renamed, then recorded in the manifest (as the run store does, `algorithms.store`). The
+manifest is the commit point: a part it does not list (an append killed before recording
+it) is not read, only warned about. Builds and appends of one library take turns on the
+lock file (`fcntl.flock`; beside the library, as a new one has no folder yet); reads take
+no lock, and see the parts listed when they read the manifest.
 Every read checks each file's digest, the version and each part's schema first: a damaged
 file or a library written by another version is a one-line `LibraryError` naming the file.
 Names starting with `_` are skipped by Parquet readers, so ``pyarrow.dataset.dataset(LIB)``
@@ -22,13 +27,16 @@ written by another dataset copy or exporter finds its groups, and a different on
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
+import logging
 import os
 import shutil
 import unicodedata
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +52,10 @@ from algorithms.store import (
     record_digest,
 )
 
+log = logging.getLogger(__name__)
+
+LIBRARY_AGENT = "library"
+"""The library's name as an agent of a receiver's rollouts (exchange/library-><receiver>/...)."""
 FORMAT = "graft-trajectory-library"
 VERSION = 1
 META = "_library.json"
@@ -70,7 +82,6 @@ SCHEMA = pa.schema(
         ("response", pa.string()),
         ("token_ids", pa.list_(pa.int64())),  # null: unknown
         ("logprobs", pa.list_(pa.float64())),  # null: missing
-        ("mean_logprob", pa.float64()),  # null: missing
         ("logprob_origin", pa.string()),  # one of LOGPROB_ORIGINS
         ("finish_reason", pa.string()),
         ("reward", pa.float64()),  # this project's verifier, when built or imported
@@ -143,7 +154,6 @@ def group_rows(group: LibraryGroup) -> dict[str, list]:
         rows["response"].append(group.texts[i])
         rows["token_ids"].append(group.token_ids[i])
         rows["logprobs"].append(None if logprobs is None else logprobs.tolist())
-        rows["mean_logprob"].append(None if logprobs is None else float(np.mean(logprobs)))
         rows["logprob_origin"].append(group.logprob_origins[i])
         rows["finish_reason"].append(group.finish_reasons[i])
         rows["reward"].append(float(group.rewards[i]))
@@ -169,6 +179,21 @@ def _parts(root: Path) -> list[Path]:
     return sorted(root.glob("part-*.parquet"))
 
 
+def _write(path: Path, data: bytes) -> None:
+    """`path` whole, then its record in the manifest: the library holds it from then on."""
+    atomic_write_bytes(path, data, what="the library file")
+    record_digest(path)
+
+
+@contextmanager
+def _write_lock(root: Path) -> Iterator[None]:
+    """Hold library `root`'s write lock: other builds and appends of it wait meanwhile."""
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with (root.parent / f".{root.name}.lock").open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file closes
+        yield
+
+
 def write_library(groups: Sequence[LibraryGroup], out: str | os.PathLike, append: bool) -> Path:
     """Write `groups` as a new library `out`, or (`append`) as a new part of library `out`,
     whose files are checked first. Returns the part written."""
@@ -178,42 +203,57 @@ def write_library(groups: Sequence[LibraryGroup], out: str | os.PathLike, append
     if twice:
         raise LibraryError(f"{out}: group {twice[0]} is given twice (a source named twice?)")
     root = Path(out)
-    table = groups_table(groups)
-    if append:
-        known = {group.group_id for group in read_library(root)}
-        repeated = sorted(known & {group.group_id for group in groups})
-        if repeated:
-            raise LibraryError(
-                f"{root}: already holds {len(repeated)} of these groups (e.g. {repeated[0]}): "
-                "each source can be added once"
-            )
-        existing = _parts(root)
-        number = int(existing[-1].stem.removeprefix("part-")) + 1 if existing else 0
-        part = root / f"part-{number:06d}.parquet"
-        atomic_write_bytes(part, _parquet_bytes(table))
-        record_digest(part)
-        return part
+    data = _parquet_bytes(groups_table(groups))
+    with _write_lock(root):
+        return _append(root, groups, data) if append else _create(root, data)
+
+
+def _append(root: Path, groups: Sequence[LibraryGroup], data: bytes) -> Path:
+    known = {group.group_id for group in read_library(root)}
+    repeated = sorted(known & {group.group_id for group in groups})
+    if repeated:
+        raise LibraryError(
+            f"{root}: already holds {len(repeated)} of these groups (e.g. {repeated[0]}): "
+            "each source can be added once"
+        )
+    existing = _parts(root)  # listed or not: an unlisted one keeps its name, and is not read
+    number = int(existing[-1].stem.removeprefix("part-")) + 1 if existing else 0
+    part = root / f"part-{number:06d}.parquet"
+    _write(part, data)
+    return part
+
+
+def _create(root: Path, data: bytes) -> Path:
     if root.exists():
         raise LibraryError(
             f"{root} exists: add to a library with --append, or choose another --out"
         )
     tmp = root.with_name(f".{root.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)  # left by a write that was killed
-    tmp.mkdir(parents=True)
-    meta = tmp / META
-    atomic_write_bytes(meta, json.dumps({"format": FORMAT, "version": VERSION}).encode())
-    record_digest(meta)
-    part = tmp / "part-000000.parquet"
-    atomic_write_bytes(part, _parquet_bytes(table))
-    record_digest(part)
+    tmp.mkdir()
+    _write(tmp / META, json.dumps({"format": FORMAT, "version": VERSION}).encode())
+    _write(tmp / "part-000000.parquet", data)
     os.replace(tmp, root)
-    return root / part.name
+    return root / "part-000000.parquet"
+
+
+def _manifest(root: Path) -> tuple[bytes, dict]:
+    """The manifest's bytes and records, read once: what the library holds."""
+    manifest = root / MANIFEST
+    if not manifest.is_file():
+        raise LibraryError(f"{manifest} is missing, so the library cannot be checked: {REBUILD}")
+    data = manifest.read_bytes()
+    try:
+        records = json.loads(data)
+    except ValueError as error:
+        raise LibraryError(f"{manifest} is corrupt ({error}): {REBUILD}") from None
+    if not isinstance(records, dict):
+        raise LibraryError(f"{manifest} is corrupt (not a mapping of files): {REBUILD}")
+    return data, records
 
 
 def _check_meta(root: Path) -> None:
     meta_path = root / META
-    if not meta_path.is_file():
-        raise LibraryError(f"{meta_path} is missing: {root} is not a trajectory library")
     check_digest(meta_path, "the library's version", REBUILD)
     try:
         meta = json.loads(meta_path.read_text())
@@ -253,23 +293,47 @@ def _read_part(path: Path) -> pa.Table:
     return table
 
 
+@dataclass(frozen=True)
+class Library:
+    """A library as one read saw it: its groups and the digest of the manifest that listed
+    their parts (which changes with every append: a run records it, `algorithms.loop`)."""
+
+    path: Path
+    manifest_sha256: str
+    groups: list[LibraryGroup]
+
+
 def read_library(path: str | os.PathLike) -> list[LibraryGroup]:
-    """Every group of the library at `path`, each file checked (digest, version, schema)
+    """Every group of the library at `path` (`load_library`)."""
+    return load_library(path).groups
+
+
+def load_library(path: str | os.PathLike) -> Library:
+    """The library at `path`: each file its manifest lists checked (digest, version, schema)
     and each group complete (responses 0..n-1 once, one source, prompt and model)."""
     root = Path(path)
     if not root.is_dir():
         raise LibraryError(f"{root} is not a trajectory library (no such directory)")
-    try:
-        _check_meta(root)
-        tables = [(part, _read_part(part).to_pylist()) for part in _parts(root)]
-    except StoreCorruptError as error:  # one error type for every unusable library
-        raise LibraryError(str(error)) from None
-    records = json.loads((root / MANIFEST).read_text())  # check_digest has parsed it
-    missing = sorted(
-        {name for name in records if name.startswith("part-")} - {part.name for part, _ in tables}
-    )
+    if not (root / META).is_file():
+        raise LibraryError(f"{root / META} is missing: {root} is not a trajectory library")
+    data, records = _manifest(root)
+    listed = sorted(name for name in records if name.startswith("part-"))
+    unlisted = [part for part in _parts(root) if part.name not in records]
+    if unlisted:
+        log.warning(
+            "%s: %s not listed in %s (left by an interrupted build or append?): ignored",
+            root,
+            ", ".join(str(part) for part in unlisted),
+            root / MANIFEST,
+        )
+    missing = [name for name in listed if not (root / name).is_file()]
     if missing:
         raise LibraryError(f"{root / missing[0]} is missing (listed in {root / MANIFEST})")
+    try:
+        _check_meta(root)
+        tables = [(root / name, _read_part(root / name).to_pylist()) for name in listed]
+    except StoreCorruptError as error:  # one error type for every unusable library
+        raise LibraryError(str(error)) from None
     rows: dict[str, list[dict]] = {}
     where: dict[str, Path] = {}
     for part, part_rows in tables:
@@ -280,7 +344,8 @@ def read_library(path: str | os.PathLike) -> list[LibraryGroup]:
                     f"{part}: group {group_id} is also in {where[group_id]} (added twice)"
                 )
             rows.setdefault(group_id, []).append(row)
-    return [_group(group_id, group, where[group_id]) for group_id, group in rows.items()]
+    groups = [_group(group_id, group, where[group_id]) for group_id, group in rows.items()]
+    return Library(root, hashlib.sha256(data).hexdigest(), groups)
 
 
 def _group(group_id: str, rows: list[dict], part: Path) -> LibraryGroup:

@@ -25,8 +25,13 @@ import numpy as np
 
 from algorithms.config import AlgorithmConfig
 from algorithms.core import exchange_candidates
-from algorithms.library import LIBRARY_AGENT
-from algorithms.library.format import LibraryError, LibraryGroup, prompt_key, read_library
+from algorithms.library.format import (
+    LIBRARY_AGENT,
+    LibraryError,
+    LibraryGroup,
+    prompt_key,
+    read_library,
+)
 from algorithms.library.staleness import staleness_metrics
 from algorithms.types import AgentRollouts, TransferredGroup
 
