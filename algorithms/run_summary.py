@@ -1,9 +1,10 @@
 """The end-of-run summary of `graft train`: where the run is, how it moved, what to run next.
 
 A few lines a user can act on: each agent's reward over the first and the last steps (one
-step's reward is noisy, so each end is a mean over up to `window` steps), the all-fail share
-and loss of the last step, the newest checkpoint, the metrics file, and the `graft eval`
-command that evaluates each trained agent.
+step's reward is noisy, so each end is a mean over up to `window` steps; in a short run the
+ends share no step, and a one-step run has one), the all-fail share and loss of the last
+step, the newest checkpoint, the metrics file, and the `graft eval` command that evaluates
+each trained agent.
 """
 
 from __future__ import annotations
@@ -33,11 +34,12 @@ def run_summary(
         own = sorted((r for r in rows if r["agent"] == agent), key=lambda r: r["step"])
         if not own:
             continue
-        first, last = own[:window], own[-window:]
+        size = min(window, len(own) // 2)  # steps per end: ends that overlap say nothing
+        ends = (own[:size], own[-size:]) if size else (own,)
+        trend = " -> ".join(_reward(end) for end in ends)
         lines.append(
-            f"  {agent}: reward {_mean(first)} (steps {_span(first)}) -> {_mean(last)} "
-            f"(steps {_span(last)}); last step: all-fail share "
-            f"{last[-1]['all_fail_share']:.3f}, loss {last[-1].get('loss', float('nan')):.4f}"
+            f"  {agent}: reward {trend}; last step: all-fail share "
+            f"{own[-1]['all_fail_share']:.3f}, loss {own[-1].get('loss', float('nan')):.4f}"
         )
     lines.append(f"  metrics: {run_dir / 'metrics.jsonl'}")
     if checkpoint is None:
@@ -51,10 +53,8 @@ def run_summary(
     return lines
 
 
-def _mean(rows: Sequence[Mapping[str, Any]]) -> str:
-    return f"{fmean(r['reward_mean'] for r in rows):.3f}"
-
-
-def _span(rows: Sequence[Mapping[str, Any]]) -> str:
+def _reward(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The mean reward of consecutive steps' rows, and which steps: "0.302 (steps 0-2)"."""
     steps = [r["step"] for r in rows]
-    return str(steps[0]) if len(steps) == 1 else f"{steps[0]}-{steps[-1]}"
+    span = f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}-{steps[-1]}"
+    return f"{fmean(r['reward_mean'] for r in rows):.3f} ({span})"

@@ -66,7 +66,7 @@ def test_fresh_deletes_a_run_directory_only_once_the_whole_config_is_valid(
     assert cli.main(["train", "--config", str(config)]) == 0
     summary = capsys.readouterr().out  # the run's own output ends with the summary
     assert f"graft eval --model {run_dir / 'checkpoints'}" in summary
-    assert "reward " in summary and "-> " in summary
+    assert "reward " in summary and "(step 0); last step" in summary  # one step: one end
     assert (run_dir / MARKER).is_file()
     (run_dir / "stale.txt").write_text("from an earlier run")
     before = _files(run_dir)
