@@ -101,7 +101,8 @@ def record_digest(path: Path) -> None:
     if records.get(path.name) == record:
         return  # rewritten unchanged (the stream's description on each resume)
     records[path.name] = record
-    atomic_write_bytes(manifest, json.dumps(records, indent=2, sort_keys=True).encode())
+    data = json.dumps(records, indent=2, sort_keys=True).encode()
+    atomic_write_bytes(manifest, data, what="the manifest")
 
 
 def check_digest(

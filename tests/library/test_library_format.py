@@ -4,6 +4,7 @@ files (no models)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import unicodedata
@@ -261,6 +262,16 @@ def test_a_library_file_that_cannot_be_written_is_named_as_one(tmp_path, monkeyp
     with pytest.raises(OSError) as caught:
         write_library([group(0)], tmp_path / "lib", append=False)
     assert caught.value.strerror == "No space left on device; the library file was not written"
+
+    def manifest_full(fd):  # the part is written, its record is not
+        if os.readlink(f"/proc/self/fd/{fd}").endswith("_MANIFEST.json.tmp"):
+            full(fd)
+
+    monkeypatch.setattr(algorithms.store.os, "fsync", manifest_full)
+    with pytest.raises(OSError) as caught:
+        write_library([group(0)], tmp_path / "lib", append=False)
+    assert caught.value.filename.endswith("_MANIFEST.json")
+    assert caught.value.strerror == "No space left on device; the manifest was not written"
 
 
 def _changed(value, kind: pa.DataType):
