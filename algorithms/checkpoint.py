@@ -6,8 +6,9 @@ loop's own ``state.json`` (the step, and the exchange strategy's state under
 ``"exchange"``: `exchange_state`), and a ``MANIFEST.json`` listing the size and
 SHA-256 of every file. It is assembled under a temporary name and renamed into
 place only after the manifest is written, so a run killed mid-save leaves either
-nothing or a ``.tmp`` directory; a save that fails (a full disk) removes its partial
-files and raises an `OSError` naming the checkpoint and the free space. On resume, a
+nothing or a ``.tmp`` directory; a save that fails removes its partial files, and one that
+could not write (a full disk) raises an `OSError` naming the checkpoint and the free space
+(any other error is raised as it is). On resume, a
 checkpoint whose manifest is missing or does not match its files is reported and
 skipped in favour of the previous good one; an intact one whose strategy state does not
 fit the run is refused (`CheckpointError`).
@@ -67,13 +68,15 @@ def save_checkpoint(
             policy.save(tmp / name)
         (tmp / "state.json").write_text(json.dumps(dict(state), indent=2, sort_keys=True))
         (tmp / "MANIFEST.json").write_text(json.dumps(_manifest(tmp), indent=2))
-    except (OSError, SafetensorError, RuntimeError) as error:
+    except Exception as error:
         # A full disk: safetensors and torch.save do not say which file (torch not even
         # that the disk is full), so the error names the checkpoint and the free space
-        # (measured first). The partial files go, so a retry has their room; the older
-        # checkpoints stay.
-        failure = _write_error(error, step, final)
+        # (measured first). Any other error (a bug) is raised as it is. Either way the
+        # partial files go, so a retry has their room; the older checkpoints stay.
+        failure = _write_error(error, step, final) if _failed_write(error) else None
         shutil.rmtree(tmp, ignore_errors=True)
+        if failure is None:
+            raise
         raise failure from error
     if final.exists():
         shutil.rmtree(final)
@@ -81,6 +84,23 @@ def save_checkpoint(
     for old in sorted(_checkpoints(root))[:-keep]:
         shutil.rmtree(old[1], ignore_errors=True)
     return final
+
+
+# What safetensors and torch.save raise when a file cannot be written (a full disk measured
+# on a tmpfs: "Error while serializing: I/O error: No space left on device (os error 28)",
+# "[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534"; torch's archive
+# writer also says "PytorchStreamWriter failed writing file ...: file write failed").
+_SAFETENSORS_WRITE = "I/O error"
+_TORCH_WRITE = ("unexpected pos", "PytorchStreamWriter failed", "file write failed")
+
+
+def _failed_write(error: Exception) -> bool:
+    """Whether `error` says a file could not be written, rather than what was saved."""
+    if isinstance(error, OSError):
+        return True
+    if isinstance(error, SafetensorError):
+        return _SAFETENSORS_WRITE in str(error)
+    return isinstance(error, RuntimeError) and any(m in str(error) for m in _TORCH_WRITE)
 
 
 def _write_error(error: BaseException, step: int, final: Path) -> OSError:

@@ -211,3 +211,28 @@ def test_graft_train_that_cannot_write_its_config_names_it_and_leaves_no_tempora
         f"graft train: error: {FULL}; the run's config was not written: {run_dir / 'config.yaml'}"
     )
     assert sorted(p.name for p in run_dir.iterdir()) == ["graft-run.json"]
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        RuntimeError("CUDA error: an illegal memory access was encountered"),
+        SafetensorError("You are trying to save a non contiguous tensor"),
+    ],
+    ids=["torch", "safetensors"],
+)
+def test_a_checkpoint_that_fails_for_another_reason_raises_that_error_unchanged(
+    error, tmp_path, policies, monkeypatch
+):
+    """Only a failed write is reported as "not saved (...; N MiB free)": a bug must not read
+    as a full disk."""
+    root = tmp_path / "checkpoints"
+
+    def broken(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(transformers.modeling_utils, "safe_save_file", broken)
+    with pytest.raises(type(error)) as caught:
+        save_checkpoint(root, 1, policies, {"step": 1})
+    assert caught.value is error
+    assert not any(root.iterdir())  # its partial files still go
