@@ -6,12 +6,12 @@ loop's own ``state.json`` (the step, and the exchange strategy's state under
 ``"exchange"``: `exchange_state`), and a ``MANIFEST.json`` listing the size and
 SHA-256 of every file. It is assembled under a temporary name and renamed into
 place only after the manifest is written, so a run killed mid-save leaves either
-nothing or a ``.tmp`` directory; a save that fails removes its partial files, and one that
-could not write (a full disk) raises an `OSError` naming the checkpoint and the free space
-(any other error is raised as it is). On resume, a
-checkpoint whose manifest is missing or does not match its files is reported and
-skipped in favour of the previous good one; an intact one whose strategy state does not
-fit the run is refused (`CheckpointError`).
+nothing or a ``.tmp`` directory; a save that fails removes its partial files, and one
+that could not write (a full disk) raises an `OSError` naming the checkpoint and the
+free space (any other error is raised as it is). On resume, a checkpoint whose manifest
+is missing or does not match its files is reported and skipped in favour of the
+previous good one; an intact one whose strategy state does not fit the run is refused
+(`CheckpointError`).
 """
 
 from __future__ import annotations
