@@ -137,9 +137,14 @@ def test_bad_files_are_one_line_errors_naming_the_row(tmp_path, peer_runs):
     path.write_text(json.dumps({**rows[0], "logprobs": [-0.1, float("nan")]}) + "\n")
     with pytest.raises(LibraryError, match=rf"{path}:1: log-probs must be a non-empty list of"):
         import_rollouts(spec(path), tmp_path / "lib2")
-    path.write_text(json.dumps({**rows[0], "completion": ""}) + "\n")
+    path.write_text(json.dumps({**rows[0], "completion": None}) + "\n")
     with pytest.raises(
-        LibraryError, match=r":1: column 'completion' \(response\) must be a non-empty"
+        LibraryError, match=r":1: column 'completion' \(response\) must be a string"
+    ):
+        import_rollouts(spec(path), tmp_path / "lib2")
+    path.write_text(json.dumps({**rows[0], "question": ""}) + "\n")
+    with pytest.raises(
+        LibraryError, match=r":1: column 'question' \(prompt\) must be a non-empty string"
     ):
         import_rollouts(spec(path), tmp_path / "lib2")
     with pytest.raises(LibraryError, match=r"unknown import format 'csv'; valid: jsonl, parquet"):
@@ -209,3 +214,53 @@ def test_a_new_format_is_one_reader(tmp_path, peer_runs, monkeypatch):
         want = built[(got.key, tuple(got.texts))]
         np.testing.assert_array_equal(got.rewards, want.rewards)
         assert got.step is None and got.finish_reasons == want.finish_reasons
+
+
+def test_an_empty_response_imports_as_the_run_store_keeps_it(tmp_path, peer_runs):
+    # a model may stop at once; build keeps such a response, and so does import
+    rows = exported(peer_runs[0])[:4]
+    rows[0] = {**rows[0], "completion": "", "logprobs": [-0.5], "token_ids": [2]}
+    path = tmp_path / "rollouts.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    import_rollouts(spec(path), tmp_path / "lib")
+    [group] = read_library(tmp_path / "lib")
+    assert group.texts[0] == "" and group.rewards[0] == 0.0
+
+
+def test_scores_come_from_the_source_model_only(tmp_path, peer_runs, monkeypatch):
+    def no_scoring(*args):
+        raise AssertionError("a model scored the responses")
+
+    monkeypatch.setattr(importers, "_score", no_scoring)
+    path = tmp_path / "rollouts.jsonl"
+    path.write_text(json.dumps(exported(peer_runs[0], logprobs=False)[0]) + "\n")
+    # the library would say tiny-a while the log-probs and token ids were tiny-b's
+    with pytest.raises(LibraryError) as error:
+        import_rollouts(spec(path, score_with="tiny-b"), tmp_path / "lib")
+    message = str(error.value)
+    assert "\n" not in message
+    assert (
+        message.startswith("--score-with tiny-b: ") and "source model (--model tiny-a)" in message
+    )
+    with pytest.raises(LibraryError, match=r"--tokenizer tok: .*--score-with"):
+        import_rollouts(spec(path, score_with="tiny-a", tokenizer="tok"), tmp_path / "lib")
+    assert not (tmp_path / "lib").exists()
+
+
+@pytest.mark.parametrize("format", ["jsonl", "parquet"])
+def test_a_missing_file_is_named_as_the_file_to_import(tmp_path, format):
+    path = tmp_path / f"nowhere.{format}"
+    with pytest.raises(LibraryError) as error:
+        import_rollouts(spec(path, format=format), tmp_path / "lib")
+    assert str(error.value) == f"{path}: no such file to import"
+
+
+def test_a_group_is_as_old_as_its_latest_response(tmp_path, peer_runs):
+    rows = exported(peer_runs[0])[:8]  # two groups of step 0
+    for i, row in enumerate(rows):
+        row["time"] = 1000.0 + (7 - i if i < 4 else i)  # the first group's first row is latest
+    path = tmp_path / "rollouts.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    import_rollouts(spec(path), tmp_path / "lib")
+    times = sorted(g.generated_at for g in read_library(tmp_path / "lib"))
+    assert times == [1007.0, 1007.0]
