@@ -4,7 +4,8 @@ Writes results.json (everything but the samples), results.csv (one row per bench
 an average row), results.md (the table) and samples.jsonl (every sample) into --out. The
 first three are rewritten after every batch (`"complete": false` until the end), so a run
 that is killed keeps what finished; one that stops on Ctrl-C or an error writes the samples
-verified so far too.
+verified so far too, and says which problems of which repeat only the samples hold (the
+table has the problems finished in every repeat).
 """
 
 from __future__ import annotations
@@ -149,11 +150,28 @@ def notes(result: EvalResult) -> list[str]:
             f"{counts}."
         )
     if not result.config["complete"]:
+        only = samples_only(result)
         lines.append(
             "Partial: the evaluation stopped before its end; the table holds the problems "
-            "finished in every repeat."
+            "finished in every repeat"
+            + (f"; only in samples.jsonl: {', '.join(only)}." if only else ".")
         )
     return lines
+
+
+def samples_only(result: EvalResult) -> list[str]:
+    """Per benchmark and repeat, the verified problems a partial table leaves out (it holds
+    the problems finished in every repeat), e.g. "aime24 repeat 1/2: 3 problems"."""
+    tabled = {name: set(bench.problem_ids) for name, bench in result.benchmarks.items()}
+    left_out: dict[tuple[str, int], set[str]] = {}
+    for sample in result.samples:
+        if sample.problem_id not in tabled.get(sample.benchmark, ()):
+            left_out.setdefault((sample.benchmark, sample.repeat), set()).add(sample.problem_id)
+    repeats = result.config["repeats"]
+    return [
+        f"{name} repeat {repeat + 1}/{repeats}: {len(ids)} problem{'s' * (len(ids) != 1)}"
+        for (name, repeat), ids in left_out.items()
+    ]
 
 
 def markdown(result: EvalResult) -> str:
@@ -238,13 +256,19 @@ def _keep(partial: EvalResult, out_dir: Path) -> str:
     """Write a stopped run's partial result (or only its samples); say where it is."""
     from benchmarks.report import write_samples_jsonl
 
+    samples = f"the {len(partial.samples)} samples verified so far"
     if partial.benchmarks:
         paths = write_outputs(partial, out_dir)
         finished = sum(len(b.problem_ids) for b in partial.benchmarks.values())
-        return (
-            f"kept the {finished} problems finished in every repeat in {paths[0]} and the "
-            f"{len(partial.samples)} samples verified so far in {paths[3]}"
+        kept = (
+            f"kept the {finished} problems finished in every repeat in {paths[0]} and "
+            f"{samples} in {paths[3]}"
         )
-    path = out_dir / OUTPUT_FILES[3]
-    write_samples_jsonl(partial.samples, path)
-    return f"no problem finished every repeat; kept the {len(partial.samples)} samples in {path}"
+    else:
+        path = out_dir / OUTPUT_FILES[3]
+        write_samples_jsonl(partial.samples, path)
+        kept = f"no problem finished every repeat; kept {samples} in {path}"
+    only = samples_only(partial)
+    if only:
+        kept += f"; only in the samples (not finished in every repeat): {', '.join(only)}"
+    return kept

@@ -151,6 +151,45 @@ def test_an_interrupted_graft_eval_keeps_what_finished(
     ]
 
 
+@pytest.mark.parametrize(
+    ("stop_at", "kept", "samples_only"),
+    [
+        (4, "kept the 2 problems finished in every repeat in {json} and the 14 samples", 3),
+        (3, "no problem finished every repeat; kept the 10 samples", 5),
+    ],
+    ids=["in repeat 2's second batch", "before repeat 2's first batch"],
+)
+def test_an_interrupted_graft_eval_with_repeats_says_what_only_the_samples_hold(
+    stop_at, kept, samples_only, scripted, data_dir, tmp_path, capsys, monkeypatch
+):
+    """Repeat 1 finished all 5 problems; what repeat 2 has not reached is left out of the
+    table (problems finished in every repeat), and the message says so exactly."""
+    aime = load("aime24", data_dir=data_dir)[:5]
+
+    class Interrupted(scripted):
+        def generate(self, prompts, n, sampling):
+            if len(self.seeds) == stop_at:  # 3 batches of 2, 2, 1 problems per repeat
+                raise KeyboardInterrupt
+            return super().generate(prompts, n, sampling)
+
+    _fake_model(monkeypatch, Interrupted(aime, lambda *_: "right"))
+    out = tmp_path / "out"
+    argv = ["eval", "--model", "x", "--datasets", "aime24", "--limit", "5", "--k", "2"]
+    argv += ["--repeats", "2", "--batch-size", "2", "--data-dir", str(data_dir)]
+    assert cli.main([*argv, "--out", str(out)]) == 130
+    where = f"aime24 repeat 1/2: {samples_only} problems"
+    message = kept.format(json=out / "results.json")
+    assert capsys.readouterr().err.splitlines()[-2:] == [
+        f"graft eval: {message} verified so far in {out / 'samples.jsonl'}; only in the "
+        f"samples (not finished in every repeat): {where}",
+        "graft eval: interrupted",
+    ]
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert sum(s["repeat"] == 0 for s in samples) == 5 * 2  # repeat 1 was finished
+    if stop_at == 4:
+        assert f"only in samples.jsonl: {where}." in (out / "results.md").read_text()
+
+
 def test_procedural_sets_are_reachable_from_graft_eval(scripted, tmp_path, capsys, monkeypatch):
     home = eval_sets(["procedural/addition"], None, 4, {"difficulty": 1})["procedural/addition"]
     _fake_model(monkeypatch, scripted(home, lambda *_: "right"))
