@@ -4,6 +4,7 @@
     algo = algorithms.make("graft")            # or "grpo", "graft-no-compat", "hacpo", ...
     algorithms.available()                     # every registered name
     algorithms.make("grpo", n=16)              # any AlgorithmConfig field as an override
+    algorithms.configure("grpo", n=16)         # its validated AlgorithmConfig (no torch)
 
 New entries: `@algorithms.register("name")` over a function returning an
 `AlgorithmConfig`. New exchange strategies: `algorithms.exchange.register_strategy`.
@@ -21,6 +22,7 @@ _EXPORTS = {
     "Algorithm": "algorithms.algorithm",
     "AlgorithmConfig": "algorithms.config",
     "available": "algorithms.registry",
+    "configure": "algorithms.registry",
     "make": "algorithms.registry",
     "preset": "algorithms.registry",
     "register": "algorithms.registry",

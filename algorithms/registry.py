@@ -4,16 +4,20 @@ A registry entry is a zero-argument function returning an `AlgorithmConfig`
 preset; variants are presets built with `dataclasses.replace` from their base, so
 an entry states exactly which options it changes (see `algorithms.presets`).
 `make(name, **overrides)` applies overrides on top of the preset, validates the
-result and builds the `Algorithm`.
+result (`configure`, which needs no torch: run configs are checked with it) and builds
+the `Algorithm`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from algorithms.algorithm import Algorithm
 from algorithms.config import AlgorithmConfig
+
+if TYPE_CHECKING:
+    from algorithms.algorithm import Algorithm
 
 Preset = Callable[[], AlgorithmConfig]
 _PRESETS: dict[str, Preset] = {}
@@ -46,8 +50,9 @@ def preset(name: str) -> AlgorithmConfig:
     return config
 
 
-def make(name: str, **overrides: object) -> Algorithm:
-    """Build algorithm `name`, with any AlgorithmConfig field overridden by keyword."""
+def configure(name: str, **overrides: object) -> AlgorithmConfig:
+    """The validated config of algorithm `name`, any AlgorithmConfig field overridden by
+    keyword: what `make` builds its `Algorithm` from."""
     base = preset(name)
     valid = [field.name for field in dataclasses.fields(AlgorithmConfig)]
     unknown = sorted(set(overrides) - set(valid))
@@ -55,4 +60,11 @@ def make(name: str, **overrides: object) -> Algorithm:
         raise ValueError(
             f"unknown option(s) {unknown} for algorithm {name!r}; valid options: {valid}"
         )
-    return Algorithm(name, dataclasses.replace(base, **overrides))
+    return dataclasses.replace(base, **overrides).validate()
+
+
+def make(name: str, **overrides: object) -> Algorithm:
+    """Build algorithm `name`, with any AlgorithmConfig field overridden by keyword."""
+    from algorithms.algorithm import Algorithm  # torch: only once an algorithm is built
+
+    return Algorithm(name, configure(name, **overrides))

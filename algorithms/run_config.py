@@ -232,7 +232,8 @@ def _check_library(library: LibrarySpec, names: Sequence[str], stored_peer: bool
 
 
 def _check_algorithm(name: str, options: Mapping[str, Any]) -> None:
-    """The algorithm and its options through `algorithms.make` (AlgorithmConfig.validate)."""
+    """The algorithm and its options as `algorithms.make` takes them (`algorithms.configure`:
+    AlgorithmConfig.validate, no torch)."""
     import algorithms
 
     if name not in algorithms.available():
@@ -240,7 +241,7 @@ def _check_algorithm(name: str, options: Mapping[str, Any]) -> None:
             f"algorithm: unknown algorithm {name!r}; valid: {', '.join(algorithms.available())}"
         )
     try:
-        algorithms.make(name, **options)
+        algorithms.configure(name, **options)
     except (TypeError, ValueError) as error:
         raise ConfigError(f"algorithm_options: {error}") from None
 
@@ -249,9 +250,8 @@ def check_policy_options(options: Mapping[str, Any], where: str) -> None:
     """An agent's `options` checked as `load_policy` would take them, before any model loads:
     known names, `HFPolicyOptions` / `VLLMEngineOptions` types and checks, AdamW's ranges, and
     half-precision weights at a learning rate whose steps round away (`policies.precision`)."""
-    from graft_env.policies.hf_options import HFPolicyOptions
+    from graft_env.policies.options import OPTION_PREFIX, HFPolicyOptions, VLLMEngineOptions
     from graft_env.policies.precision import HALF_PRECISION_DTYPES, half_precision_training_error
-    from graft_env.policies.vllm_policy import OPTION_PREFIX, VLLMEngineOptions
     from graft_env.policies.zoo import load_policy
 
     loader = [

@@ -41,12 +41,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    config = load_config(args.config, args.overrides)
+    # only now torch (the loop, checkpoints): a refused config is refused in a second
     from algorithms.loop import Trainer
     from algorithms.run_dir import check_fresh, remove_fresh
     from algorithms.run_summary import run_summary
 
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    config = load_config(args.config, args.overrides)
     threads = resolve_threads(config.threads)
     if args.fresh:
         check_fresh(Path(config.run_dir))  # a refusal comes before any model loads

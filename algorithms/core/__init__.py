@@ -3,64 +3,50 @@
 No models and no I/O live here, so every piece can be property-tested on its own
 and shared by every algorithm in the registry. Selection, weights and advantages
 work on numpy arrays; the losses work on torch tensors.
+
+Names load on first use (PEP 562): the numpy parts (which `AlgorithmConfig` and the
+exchange strategies import) load no torch, so a run config is validated without it.
 """
 
-from algorithms.core.advantages import group_advantages
-from algorithms.core.losses import (
-    SurrogateOutput,
-    agg_loss,
-    clip_active,
-    clip_bounds,
-    clipped_surrogate,
-    log_ratio,
-    luffy_term,
-    ppo_clip_term,
-    reference_kl,
-    token_nll,
-)
-from algorithms.core.ordering import order_minibatches
-from algorithms.core.selection import (
-    exchange_candidates,
-    random_prompt_selection,
-    select_exchange,
-    select_exchange_multi,
-    select_with_ties,
-    sgt_pairs,
-)
-from algorithms.core.weights import (
-    admitted_by_floor,
-    admitted_weights,
-    compatibility_scores,
-    compatibility_weights,
-    floor_weights,
-    normalised_loglik,
-    random_admission,
-)
+from __future__ import annotations
 
-__all__ = [
-    "SurrogateOutput",
-    "admitted_by_floor",
-    "admitted_weights",
-    "agg_loss",
-    "clip_active",
-    "clip_bounds",
-    "clipped_surrogate",
-    "compatibility_scores",
-    "compatibility_weights",
-    "exchange_candidates",
-    "floor_weights",
-    "group_advantages",
-    "log_ratio",
-    "luffy_term",
-    "normalised_loglik",
-    "order_minibatches",
-    "ppo_clip_term",
-    "random_admission",
-    "random_prompt_selection",
-    "reference_kl",
-    "select_exchange",
-    "select_exchange_multi",
-    "select_with_ties",
-    "sgt_pairs",
-    "token_nll",
-]
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "group_advantages": "advantages",
+    "SurrogateOutput": "losses",
+    "agg_loss": "losses",
+    "clip_active": "losses",
+    "clip_bounds": "losses",
+    "clipped_surrogate": "losses",
+    "log_ratio": "losses",
+    "luffy_term": "losses",
+    "ppo_clip_term": "losses",
+    "reference_kl": "losses",
+    "token_nll": "losses",
+    "order_minibatches": "ordering",
+    "exchange_candidates": "selection",
+    "random_prompt_selection": "selection",
+    "select_exchange": "selection",
+    "select_exchange_multi": "selection",
+    "select_with_ties": "selection",
+    "sgt_pairs": "selection",
+    "admitted_by_floor": "weights",
+    "admitted_weights": "weights",
+    "compatibility_scores": "weights",
+    "compatibility_weights": "weights",
+    "floor_weights": "weights",
+    "normalised_loglik": "weights",
+    "random_admission": "weights",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'algorithms.core' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"algorithms.core.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value

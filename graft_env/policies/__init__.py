@@ -6,22 +6,37 @@
 
 Log-probabilities everywhere are log softmax(logits / policy.temperature) before
 top-p truncation; generation, `score` and the training forward agree on them.
+
+Names load on first use (PEP 562), so importing a torch-free submodule (`policies.options`,
+`policies.precision`, `policies.zoo`) runs no torch import: a run config's agent options
+are checked without it.
 """
 
-from graft_env.policies.base import FINISH_REASONS, Generation, LossFn, Policy, SamplingParams
-from graft_env.policies.hf import HFPolicy, HFPolicyOptions
-from graft_env.policies.zoo import REAL_NAMES, TINY_NAMES, default_cache_dir, load_policy
+from __future__ import annotations
 
-__all__ = [
-    "FINISH_REASONS",
-    "REAL_NAMES",
-    "TINY_NAMES",
-    "Generation",
-    "HFPolicy",
-    "HFPolicyOptions",
-    "LossFn",
-    "Policy",
-    "SamplingParams",
-    "default_cache_dir",
-    "load_policy",
-]
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "FINISH_REASONS": "graft_env.policies.base",
+    "Generation": "graft_env.policies.base",
+    "LossFn": "graft_env.policies.base",
+    "Policy": "graft_env.policies.base",
+    "SamplingParams": "graft_env.policies.base",
+    "HFPolicy": "graft_env.policies.hf",
+    "HFPolicyOptions": "graft_env.policies.options",
+    "REAL_NAMES": "graft_env.policies.zoo",
+    "TINY_NAMES": "graft_env.policies.zoo",
+    "default_cache_dir": "graft_env.policies.zoo",
+    "load_policy": "graft_env.policies.zoo",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'graft_env.policies' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value

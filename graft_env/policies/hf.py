@@ -25,7 +25,8 @@ from algorithms.types import ScoredText, TrainBatch
 from graft_env.policies.base import FINISH_REASONS, Generation, LossFn, SamplingParams
 from graft_env.policies.forward import response_logprobs
 from graft_env.policies.generation import sample
-from graft_env.policies.hf_options import DTYPES, HFPolicyOptions, load_model, load_tokenizer
+from graft_env.policies.hf_options import DTYPES, load_model, load_tokenizer
+from graft_env.policies.options import HFPolicyOptions
 from graft_env.policies.precision import half_precision_training_error
 from graft_env.policies.training import OptimStep, optimise, wants_reference
 from graft_env.prompts import format_prompt

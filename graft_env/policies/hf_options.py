@@ -1,4 +1,4 @@
-"""Options and loading of transformers models for `HFPolicy`.
+"""Loading of transformers models for `HFPolicy` (its options: `policies.options`).
 
 Dropout is switched off at load time (every `*dropout*` / `*pdrop*` config field
 set to 0): with dropout the first minibatch's ratio would not be 1 and generation
@@ -6,9 +6,6 @@ log-probs would not match the training forward.
 """
 
 from __future__ import annotations
-
-import dataclasses
-from dataclasses import dataclass
 
 import torch
 from transformers import (
@@ -18,84 +15,9 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-# float16 autocast would need loss scaling (GradScaler), which `update` does not do.
-AUTOCAST_DTYPES = (None, "bfloat16")
+from graft_env.policies.options import DTYPE_NAMES, HFPolicyOptions
 
-
-@dataclass(frozen=True)
-class HFPolicyOptions:
-    """Options of a transformers policy.
-
-    temperature: the log-prob temperature (see `policies.base`); training forward,
-        `score` and recorded generation log-probs all use it.
-    dtype: "float32", "bfloat16" or "float16" weights; log-softmax is always float32.
-        `update` refuses half-precision weights below lr 1e-4, where AdamW steps
-        round away (`policies.precision`); train float32 weights with `autocast`.
-    autocast: None, or "bfloat16": mixed precision. Forwards (sampling, scoring,
-        training) compute in bfloat16 under `torch.autocast` while the weights and
-        AdamW state stay float32 (master weights, as in FSDP's mixed precision), so
-        small steps accumulate; it needs dtype "float32". Log-probs then carry
-        bfloat16 rounding (generation vs training forward within ~0.1 nats per token).
-    device: torch device string ("cpu", "cuda", "cuda:1", ...).
-    lr, betas, weight_decay: AdamW hyperparameters (paper: 1e-6, (0.9, 0.999), 0.01).
-    grad_clip: max global grad norm per optimiser step (paper: 1.0).
-    gradient_checkpointing: trade compute for activation memory in `update`.
-    generation_batch_size: sequences decoded together by `generate`.
-    score_batch_size: sequences per forward in `score` / `score_tokens`.
-    micro_batch_size: sequences per forward inside an `update` minibatch; None runs
-        the whole minibatch at once. Either way the gradient is the same.
-    local_files_only: never contact the model hub (the default on these machines).
-    """
-
-    temperature: float = 1.0
-    dtype: str = "float32"
-    autocast: str | None = None
-    device: str = "cpu"
-    lr: float = 1e-6
-    betas: tuple[float, float] = (0.9, 0.999)
-    weight_decay: float = 0.01
-    grad_clip: float = 1.0
-    gradient_checkpointing: bool = False
-    generation_batch_size: int = 64
-    score_batch_size: int = 64
-    micro_batch_size: int | None = None
-    local_files_only: bool = True
-
-    def __post_init__(self) -> None:
-        if not self.temperature > 0:
-            raise ValueError(f"HFPolicyOptions.temperature must be > 0, got {self.temperature}")
-        if self.dtype not in DTYPES:
-            raise ValueError(
-                f"HFPolicyOptions.dtype must be one of {list(DTYPES)}, got {self.dtype!r}"
-            )
-        if self.autocast not in AUTOCAST_DTYPES:
-            raise ValueError(
-                f"HFPolicyOptions.autocast must be one of {AUTOCAST_DTYPES}, got {self.autocast!r}"
-            )
-        if self.autocast is not None and self.dtype != "float32":
-            raise ValueError(
-                f"HFPolicyOptions.autocast={self.autocast!r} needs dtype 'float32' (the master "
-                f"weights), got dtype {self.dtype!r}"
-            )
-        for field_name in ("generation_batch_size", "score_batch_size"):
-            if getattr(self, field_name) < 1:
-                raise ValueError(f"HFPolicyOptions.{field_name} must be >= 1")
-        if self.micro_batch_size is not None and self.micro_batch_size < 1:
-            raise ValueError("HFPolicyOptions.micro_batch_size must be >= 1 or None")
-        if not self.grad_clip > 0:
-            raise ValueError(f"HFPolicyOptions.grad_clip must be > 0, got {self.grad_clip}")
-
-    @classmethod
-    def from_kwargs(cls, **overrides: object) -> HFPolicyOptions:
-        """Build options from keyword overrides; unknown names list the valid ones."""
-        valid = [f.name for f in dataclasses.fields(cls)]
-        unknown = sorted(set(overrides) - set(valid))
-        if unknown:
-            raise TypeError(f"unknown policy option(s) {unknown}; valid options: {valid}")
-        if "betas" in overrides:
-            overrides["betas"] = tuple(overrides["betas"])  # YAML gives lists
-        return cls(**overrides)
+DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
 
 
 def load_tokenizer(path: str, options: HFPolicyOptions) -> PreTrainedTokenizerBase:

