@@ -690,9 +690,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", default="docs/results/study", help="report directory")
     parser.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples")
     parser.add_argument("--bootstrap-seed", type=int, default=0)
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a grid field as graft compare does, e.g. --set seeds=[0,1,2,3] to "
+        "analyse exactly the seeds whose cells all finished (the stopping rule)",
+    )
     args = parser.parse_args(argv)
     try:
-        grid = load_grid(args.grid)
+        grid = load_grid(args.grid, args.overrides)
         runs = Path(args.runs) if args.runs else Path("runs") / "compare" / grid.name
         report = analyse(grid, runs, resamples=args.resamples, seed=args.bootstrap_seed)
     except GridError as error:

@@ -335,3 +335,13 @@ def test_the_report_of_a_partly_run_study(tmp_path, capsys):
     assert set(stored) == {"testbed-a->testbed-b", "testbed-b->testbed-a"}
     assert report["funnel"][NO_FLOOR]["testbed-b->testbed-a"]["totals"]["admitted_share"] == 0.75
     assert report["funnel"][NO_COMPAT]["testbed-a->testbed-b"]["totals"]["mean_s"] is None
+
+
+def test_set_restricts_the_analysis_to_the_named_seeds(tmp_path):
+    runs, out = tmp_path / "runs", tmp_path / "report"
+    fake_cells(runs, skipped=())
+    argv = ["--grid", str(GRID), "--runs", str(runs), "--out", str(out), "--resamples", "50"]
+    assert main([*argv, "--set", "seeds=[0,1]"]) == 0
+    report = json.loads((out / "results.json").read_text())
+    assert {tuple(row["seeds"]) for row in report["table"] if row["label"] != "base"} == {(0, 1)}
+    assert all(e["estimate"]["seeds"] == 2 for e in report["hypotheses"] if e["estimate"])
