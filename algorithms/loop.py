@@ -39,7 +39,7 @@ from algorithms.checkpoint import (
     restore_exchange_state,
     save_checkpoint,
 )
-from algorithms.library.source import LibrarySource, Lookup, lookup_metrics
+from algorithms.library.source import Lookup, lookup_metrics, run_library
 from algorithms.metrics import MetricsLog, agent_step_metrics
 from algorithms.periodic_eval import PeriodicEvaluator
 from algorithms.rollout import (
@@ -49,7 +49,13 @@ from algorithms.rollout import (
     sampling_seed,
     step_rng,
 )
-from algorithms.run_config import ConfigError, TrainConfig, parse_yaml, result_differences
+from algorithms.run_config import (
+    ConfigError,
+    TrainConfig,
+    check_stored_source,
+    parse_yaml,
+    result_differences,
+)
 from algorithms.run_dir import create_run_dir, holds_steps, set_aside
 from algorithms.store import StoreError, TrajectoryStore, atomic_write_bytes
 from algorithms.types import AgentRollouts, ScoredText, Scorer, TrainBatch, TransferredGroup
@@ -121,6 +127,11 @@ class Trainer:
         self.config = config.validate()
         self.algorithm = algorithm or algorithms.make(config.algorithm, **config.algorithm_options)
         names = [a.name for a in config.agents]
+        check_stored_source(config, self.algorithm.name, self.algorithm.config.stored)
+        self.library = None  # read before any model loads, so its errors come at once
+        if config.library is not None:
+            self.library = run_library(config, self.algorithm.config)
+            log.info("%s", self.library.summary)
         if policies is None:
             policies = make_policies(config)
         if sorted(policies) != sorted(names):
@@ -130,16 +141,6 @@ class Trainer:
         self.step = 0
         self.peer = config.stored_peer
         stored_source = self.peer is not None or config.library is not None
-        if self.algorithm.config.stored != stored_source:
-            raise ConfigError(
-                f"algorithm {self.algorithm.name!r} (stored={self.algorithm.config.stored}) "
-                f"needs stored_peer or library {'set' if self.algorithm.config.stored else 'unset'}"
-            )
-        if self.algorithm.config.stored and len(names) != 1:
-            raise ConfigError(
-                f"algorithm {self.algorithm.name!r} trains one receiver alone against a stored "
-                f"peer (GRAFT-SPEC §9); got live agents {names}"
-            )
         if self.algorithm.config.exchange != "none" and len(names) + stored_source < 2:
             # GRAFT-SPEC §8: with N = 1 every strategy transfers nothing (graft is then GRPO).
             log.info("%r has one agent: no exchange can happen", self.algorithm.name)
@@ -159,13 +160,6 @@ class Trainer:
         self.peer_store = TrajectoryStore(self.peer.run_dir) if self.peer else None
         if self.peer_store is not None:
             self._check_peer_store()
-        self.library = None
-        if config.library is not None:
-            spec = config.library
-            texts = [problem.problem for problem in self.env.problems]
-            self.library = LibrarySource(
-                spec.path, spec.choose, spec.model, texts, self.algorithm.config
-            )
         self.store = TrajectoryStore(self.run_dir) if config.store_trajectories else None
         self.metrics: MetricsLog | None = None
         self.checkpoint: Path | None = None  # the one this run resumed from or last wrote
@@ -219,6 +213,7 @@ class Trainer:
         self.checkpoint = found[0] if found is not None else None
         if found is not None:
             path, state = found
+            self._check_library_unchanged(path, state)
             restore_exchange_state(self.algorithm.strategy, state, path)
             for name, policy in self.policies.items():
                 policy.load(path / name)
@@ -239,6 +234,21 @@ class Trainer:
         sink = WandbSink(self.config.wandb, self.run_dir, ours) if self.config.wandb else None
         self.metrics = MetricsLog(self.run_dir, tensorboard=self.config.tensorboard, wandb=sink)
         self.metrics.truncate_to(self.step)
+
+    def _check_library_unchanged(self, checkpoint: Path, state: Mapping) -> None:
+        """Refuse to resume a graft-library run whose library changed since `checkpoint`
+        (its manifest's SHA-256 differs from the one the checkpoint recorded): an appended
+        part changes which groups a prompt gets, so the resume would not be exact."""
+        if self.library is None:
+            return
+        recorded, ours = state.get("library_manifest_sha256"), self.library.manifest_sha256
+        if recorded != ours:
+            raise ConfigError(
+                f"{self.run_dir}: checkpoint {checkpoint} was trained on library "
+                f"{self.config.library.path} when its manifest's SHA-256 was {recorded}; it is "
+                f"{ours} now (an --append since?), which changes the groups the run gets: "
+                "resume with the library as it was, or choose another run_dir"
+            )
 
     def _check_config(self, ours: dict) -> None:
         """Refuse a run directory whose steps were computed with other settings that change
@@ -454,7 +464,7 @@ class Trainer:
                 metrics["stored_peer/reward_changed_on_reverify"] = float(changed)
         if lookup is not None:
             for name, metrics in out.items():
-                metrics.update(lookup_metrics(record.step, lookup, record.transfers[name]))
+                metrics.update(lookup_metrics(lookup, record.transfers[name]))
         return out
 
     # --- the whole run ---------------------------------------------------------
@@ -483,6 +493,9 @@ class Trainer:
                             "algorithm": self.algorithm.name,
                             "exchange": exchange_state(self.algorithm.strategy),
                             "threads": torch.get_num_threads(),  # checked on resume
+                            "library_manifest_sha256": (  # checked on resume
+                                self.library.manifest_sha256 if self.library else None
+                            ),
                         },
                         keep=self.config.keep_checkpoints,
                     )

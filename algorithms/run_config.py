@@ -23,7 +23,7 @@ import inspect
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import ConfigDict, ValidationError
 
@@ -46,6 +46,9 @@ from algorithms.config_schema import (
 from algorithms.config_schema import parse_yaml as parse_yaml  # re-exported (algorithms.loop)
 from algorithms.periodic_eval import EvalSpec
 from algorithms.wandb_sink import WandbSpec
+
+if TYPE_CHECKING:
+    from algorithms.config import AlgorithmConfig
 
 Backend = Literal["local", "ray"]
 
@@ -214,7 +217,8 @@ def _check(config: TrainConfig) -> None:
         )
     for index, agent in enumerate(config.agents):
         check_policy_options(agent.options, f"agents.{index}.options")
-    _check_algorithm(config.algorithm, config.algorithm_options)
+    algorithm = _check_algorithm(config.algorithm, config.algorithm_options)
+    check_stored_source(config, config.algorithm, algorithm.stored)
 
 
 def _check_library(library: LibrarySpec, names: Sequence[str], stored_peer: bool) -> None:
@@ -231,7 +235,7 @@ def _check_library(library: LibrarySpec, names: Sequence[str], stored_peer: bool
         raise ConfigError(f"agents: {LIBRARY_AGENT!r} is the library's name in a run; rename it")
 
 
-def _check_algorithm(name: str, options: Mapping[str, Any]) -> None:
+def _check_algorithm(name: str, options: Mapping[str, Any]) -> AlgorithmConfig:
     """The algorithm and its options as `algorithms.make` takes them (`algorithms.configure`:
     AlgorithmConfig.validate, no torch)."""
     import algorithms
@@ -241,9 +245,25 @@ def _check_algorithm(name: str, options: Mapping[str, Any]) -> None:
             f"algorithm: unknown algorithm {name!r}; valid: {', '.join(algorithms.available())}"
         )
     try:
-        algorithms.configure(name, **options)
+        return algorithms.configure(name, **options)
     except (TypeError, ValueError) as error:
         raise ConfigError(f"algorithm_options: {error}") from None
+
+
+def check_stored_source(config: TrainConfig, name: str, stored: bool) -> None:
+    """A stored-peer algorithm (`stored`: graft-stored, graft-library) has its source
+    (stored_peer or library) and trains one receiver alone (GRAFT-SPEC §9); any other has
+    no such source."""
+    if stored != (config.stored_peer is not None or config.library is not None):
+        raise ConfigError(
+            f"algorithm: {name!r} (stored={stored}) needs stored_peer or library "
+            f"{'set' if stored else 'unset'}"
+        )
+    if stored and len(config.agents) != 1:
+        raise ConfigError(
+            f"algorithm: {name!r} trains one receiver alone against a stored peer "
+            f"(GRAFT-SPEC §9); got live agents {[a.name for a in config.agents]}"
+        )
 
 
 def check_policy_options(options: Mapping[str, Any], where: str) -> None:
@@ -349,12 +369,30 @@ def check_env(env: EnvSpec) -> None:
         raise ConfigError(f"env: {error}") from None
 
 
+def check_library(config: TrainConfig) -> None:
+    """Read a graft-library run's library as the run will, against its prompt stream
+    (`algorithms.library.source.run_library`: digests, version, the groups it can use), as
+    `check_env` does for the stream: the run would read it only after its models. It reads
+    the library once more than the run does."""
+    from algorithms.library.format import LibraryError
+    from algorithms.library.source import run_library
+
+    algorithm = _check_algorithm(config.algorithm, config.algorithm_options)
+    try:
+        run_library(config, algorithm)
+    except LibraryError as error:
+        raise ConfigError(f"library: {error}") from None
+
+
 def load_config(path: str | os.PathLike, overrides: Sequence[str] = ()) -> TrainConfig:
-    """Read a YAML run config, apply overrides, validate (the prompt stream too: `check_env`)."""
+    """Read a YAML run config, apply overrides, validate (the prompt stream too: `check_env`;
+    and a library: `check_library`)."""
     data = read_yaml_mapping(path)
     try:
         config = config_from_dict(data, overrides)
         check_env(config.env)
+        if config.library is not None:
+            check_library(config)
     except ConfigError as error:
         raise ConfigError(f"{path}: {error}") from None
     return config

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from algorithms.library.format import LibraryGroup
 from algorithms.library.importers import READERS
+from algorithms.types import FINISH_REASONS
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -61,7 +62,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     imp.add_argument(
         "--finish-reason",
-        choices=("stop", "length"),
+        choices=FINISH_REASONS,
         default=None,
         help="every row's finish reason, when the file has none",
     )
@@ -69,8 +70,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "--score-with",
         default=None,
         metavar="MODEL",
-        help="score responses without log-probs with the source model (otherwise they are "
-        "marked, and graft-library refuses them)",
+        help="score responses without log-probs with the source model, the same as --model "
+        "(otherwise they are marked, and graft-library refuses them)",
     )
     _add_output(imp)
     imp.set_defaults(func=_import)
@@ -94,8 +95,8 @@ def _pairs(items: Sequence[str], flag: str) -> dict[str, str]:
 
 
 def summary_lines(groups: Sequence[LibraryGroup], per_prompt: bool = False) -> list[str]:
-    """Counts per source (groups, responses, prompts, steps, unscored responses) and per
-    prompt (groups, sources, success counts k)."""
+    """Counts per source (groups and their sizes, responses, prompts, steps, unscored
+    responses) and per prompt (groups, sources, success counts k)."""
     sources: dict[tuple[str, str], list[LibraryGroup]] = {}
     prompts: dict[str, list[LibraryGroup]] = {}
     for group in groups:
@@ -106,9 +107,11 @@ def summary_lines(groups: Sequence[LibraryGroup], per_prompt: bool = False) -> l
     for (source, model), members in sorted(sources.items()):
         steps = sorted({g.step for g in members if g.step is not None})
         unscored = sum(g.logprob_origins.count("missing") for g in members)
+        sizes = Counter(g.n for g in members)  # a run uses the groups of its own n only
+        shown = ", ".join(f"n={n}: {sizes[n]}" for n in sorted(sizes))
         lines.append(
-            f"  {source} [{model}]: {len(members)} groups, {sum(g.n for g in members)} "
-            f"responses, {len({g.key for g in members})} prompts"
+            f"  {source} [{model}]: {len(members)} groups ({shown}), "
+            f"{sum(g.n for g in members)} responses, {len({g.key for g in members})} prompts"
             + (f", steps {steps[0]}-{steps[-1]}" if steps else "")
             + (f", {unscored} responses without log-probs" if unscored else "")
         )

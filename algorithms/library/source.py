@@ -18,8 +18,10 @@ the library's groups and the exchange needs no change, without any made-up respo
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import get_args
 
 import numpy as np
 
@@ -29,13 +31,14 @@ from algorithms.library.format import (
     LIBRARY_AGENT,
     LibraryError,
     LibraryGroup,
+    load_library,
     prompt_key,
-    read_library,
 )
 from algorithms.library.staleness import staleness_metrics
+from algorithms.run_config import LibraryChoice, TrainConfig
 from algorithms.types import AgentRollouts, TransferredGroup
 
-CHOICES = ("most_recent", "highest_k", "model")
+CHOICES: tuple[str, ...] = get_args(LibraryChoice)
 
 Verify = Callable[[Sequence[int], Mapping[str, Sequence[Sequence[str]]]], tuple[dict, dict]]
 """`MultiAgentMathEnv.score_groups`: rewards and infos of groups for dataset items."""
@@ -67,12 +70,40 @@ class Lookup:
 
     rollouts: AgentRollouts  # the peer's rows of the step's batch
     chosen: dict[int, LibraryGroup]  # batch prompt -> its library peer group
+    step_ages: dict[int, int | None]  # batch prompt -> its group's age in source steps
     time: float  # when it was looked up (Unix time)
     counts: dict[str, float] = field(default_factory=dict)
 
 
+def _fit(group: LibraryGroup, ours: set[str], n: int, model: str | None) -> str:
+    """Whether a stored group can serve a run with problem keys `ours`, group size `n` and
+    model filter `model` ('usable'), or why not."""
+    if group.key not in ours:
+        return "other_problem"
+    if group.n != n:
+        return "other_size"
+    return "usable" if model is None or group.model_id == model else "other_model"
+
+
+def _left_out(
+    groups: Sequence[LibraryGroup], fits: Sequence[str], n: int, model: str | None
+) -> str:
+    """How many groups each reason of `_fit` (`fits`, one per group) leaves out."""
+    count = Counter(fits)
+    sizes = Counter(g.n for g, fit in zip(groups, fits, strict=True) if fit == "other_size")
+    shown = ", ".join(f"n={size}: {sizes[size]}" for size in sorted(sizes))
+    parts = [f"{count['other_size']} of another size than n={n}" + (f" ({shown})" if shown else "")]
+    if model is not None:
+        parts.append(f"{count['other_model']} of other models than {model}")
+    parts.append(f"{count['other_problem']} of problems not in this run's dataset")
+    return ", ".join(parts)
+
+
 class LibrarySource:
-    """A trajectory library as seen by one receiver run (its dataset, n and gate rule)."""
+    """A trajectory library as seen by one receiver run (its dataset, n and gate rule).
+
+    `summary` says in one line how many of the library's groups the run can use and why
+    the others are left out (another group size, another model, another problem)."""
 
     def __init__(
         self,
@@ -90,25 +121,38 @@ class LibrarySource:
         self.choose, self.n, self.candidates = choose, config.n, config.candidates
         self.keys = [prompt_key(text) for text in problem_texts]
         ours = set(self.keys)
+        library = load_library(path)
+        self.manifest_sha256 = library.manifest_sha256
+        fits = [_fit(group, ours, self.n, model) for group in library.groups]
         self.by_key: dict[str, list[LibraryGroup]] = {}
-        groups = read_library(path)
-        for group in groups:
-            wanted = model is None or group.model_id == model
-            if group.key in ours and group.n == self.n and wanted:
+        for group, fit in zip(library.groups, fits, strict=True):
+            if fit == "usable":
                 self.by_key.setdefault(group.key, []).append(group)
+        # Step age within the source run: how many of its own steps it went on for after
+        # writing the group (its last stored step here - the group's step).
+        self.last_steps: dict[str, int] = {}
+        for g in library.groups:
+            if g.step is not None:
+                self.last_steps[g.source] = max(g.step, self.last_steps.get(g.source, g.step))
         usable = [group for found in self.by_key.values() for group in found]
+        left_out = _left_out(library.groups, fits, self.n, model)
+        self.summary = (
+            f"library {path}: {len(usable)} of its {len(fits)} groups are usable by this run "
+            f"({left_out})"
+        )
         unscored = [g for g in usable if "missing" in g.logprob_origins]
         if unscored:
             raise LibraryError(
                 f"{path}: {len(unscored)} of the groups this run can use have no generation "
                 f"log-probs (e.g. {unscored[0].group_id}, model {unscored[0].model_id}), and "
-                "the compatibility score s = exp(l_R - l_S) needs them: import them again "
-                "with --score-with MODEL (the source model)"
+                "the compatibility score s = exp(l_R - l_S) needs them: import their file "
+                f"again into a new library (graft library import FILE --model "
+                f"{unscored[0].model_id} --score-with {unscored[0].model_id} --out NEW_LIBRARY; "
+                "add the other sources to it with --append), as a library holds each group once"
             )
         if not usable:
             raise LibraryError(
-                f"{path}: none of its {len(groups)} groups is usable by this run (a problem of "
-                f"its dataset, n={self.n}{f', model {model}' if model else ''})"
+                f"{path}: none of its {len(fits)} groups is usable by this run ({left_out})"
             )
 
     def lookup(self, receiver: AgentRollouts, indices: Sequence[int], verify: Verify) -> Lookup:
@@ -141,6 +185,10 @@ class LibrarySource:
         return Lookup(
             rollouts=self._peer_rollouts(receiver, chosen),
             chosen={p: group for p, (group, _) in chosen.items()},
+            step_ages={
+                p: None if group.step is None else self.last_steps[group.source] - group.step
+                for p, (group, _) in chosen.items()
+            },
             time=time.time(),
             counts={
                 "library/all_fail_prompts": float(np.count_nonzero(receiver.k == 0)),
@@ -172,21 +220,29 @@ class LibrarySource:
         )
 
 
-def lookup_metrics(
-    receiver_step: int, lookup: Lookup, transfers: Sequence[TransferredGroup]
-) -> dict[str, float]:
+def lookup_metrics(lookup: Lookup, transfers: Sequence[TransferredGroup]) -> dict[str, float]:
     """The step's library counts and the staleness of the groups it transferred."""
     used = [group for group in transfers if group.source == LIBRARY_AGENT]
-    stored = [lookup.chosen[group.prompt_index] for group in used]
     return {
         **lookup.counts,
         "library/used_groups": float(len(used)),
         "library/rescued_prompts": float(sum(bool(np.any(g.weights > 0)) for g in used)),
         **staleness_metrics(
-            receiver_step,
             lookup.time,
-            [group.step for group in stored],
-            [group.generated_at for group in stored],
+            [lookup.step_ages[group.prompt_index] for group in used],
+            [lookup.chosen[group.prompt_index].generated_at for group in used],
             [group.weights for group in used],
         ),
     }
+
+
+def run_library(config: TrainConfig, algorithm: AlgorithmConfig) -> LibrarySource:
+    """The library of graft-library run `config` (its `library` set) as the run will read
+    it, against the run's prompt stream (loaded here): the checks need no model, so a run
+    makes them before its models load, and `load_config` for `graft config validate`."""
+    from graft_env.data import load
+
+    env, spec = config.env, config.library
+    problems = load(env.dataset, env.split, env.data_dir, **env.dataset_options)
+    texts = [problem.problem for problem in problems]
+    return LibrarySource(spec.path, spec.choose, spec.model, texts, algorithm)

@@ -4,9 +4,14 @@ A stored group keeps its behaviour log-probs however long ago it was sampled, so
 compatibility score stays defined for old groups; what changes with age is how well
 the receiver's current policy still matches them, which shows as the admitted share
 (responses with w > 0 / responses transferred). Logged per step by age bucket, both in
-steps (receiver step - source step: the source run's step, where known) and in hours
-of wall-clock time since the group was written, so a user sees when a library goes
-stale.
+steps and in hours of wall-clock time since the group was written, so a user sees when a
+library goes stale.
+
+A step age is counted within the group's source run, whose steps are the only ones its
+step is comparable with (a receiver's step counts another run's updates): the source's
+last step in the library minus the group's step, i.e. how many updates the source policy
+made after sampling it (0: from its last stored step). Groups without a step (imports
+without a step column) have none and are left out of the step buckets.
 """
 
 from __future__ import annotations
@@ -52,16 +57,16 @@ def admitted_by_age(
 
 
 def staleness_metrics(
-    receiver_step: int,
     now: float,
-    source_steps: Sequence[int | None],
+    step_ages: Sequence[int | None],
     generated_at: Sequence[float],
     weights: Sequence[np.ndarray],
 ) -> dict[str, float]:
-    """The age of each group used this step (its source step, None where unknown, and
-    the time it was written) and the admitted share by age, as `library/...` metrics."""
-    known = [j for j, step in enumerate(source_steps) if step is not None]
-    age_steps = [float(receiver_step - source_steps[j]) for j in known]
+    """The age of each group used this step (in its source run's steps, None where
+    unknown, and since the time it was written) and the admitted share by age, as
+    `library/...` metrics."""
+    known = [j for j, age in enumerate(step_ages) if age is not None]
+    age_steps = [float(step_ages[j]) for j in known]
     age_hours = [(now - t) / 3600.0 for t in generated_at]
     return {
         **distribution("library/age_steps", age_steps),

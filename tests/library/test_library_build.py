@@ -83,7 +83,7 @@ def test_graft_library_build_and_show(tmp_path, peer_runs, capsys):
     assert cli.main(["library", "show", str(lib), "--prompts"]) == 0
     out = capsys.readouterr().out
     for run in peer_runs:
-        assert f"{run.resolve()} [tiny-a]: 18 groups, 72 responses" in out
+        assert f"{run.resolve()} [tiny-a]: 18 groups (n=4: 18), 72 responses" in out
     assert "steps 0-2" in out and "groups per prompt: 1: " in out
 
     assert cli.main(["library", "build", str(peer_runs[0]), "--out", str(lib), "--append"]) == 2

@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from algorithms.library.format import LibraryGroup
-from algorithms.library.source import choose_group
+import algorithms
+from algorithms.library.format import LIBRARY_AGENT, LibraryGroup, prompt_key, write_library
+from algorithms.library.source import LibrarySource, choose_group
 from algorithms.library.staleness import (
     HOUR_EDGES,
     admitted_by_age,
     bucket_labels,
     staleness_metrics,
 )
+from algorithms.types import AgentRollouts
 
 
 def stored(group_id: str, generated_at: float, step: int | None = 0) -> LibraryGroup:
@@ -85,9 +89,8 @@ def test_buckets_partition_the_groups_and_count_admitted_responses(groups):
 def test_staleness_metrics_give_ages_in_steps_and_hours():
     now = 100_000.0
     out = staleness_metrics(
-        receiver_step=12,
         now=now,
-        source_steps=[2, None, 11],
+        step_ages=[10, None, 1],
         generated_at=[now - 2 * 3600, now - 30 * 3600, now - 60],
         weights=[np.array([1.0, 0.0]), np.array([0.5, 0.5]), np.array([0.0, 0.0])],
     )
@@ -100,7 +103,39 @@ def test_staleness_metrics_give_ages_in_steps_and_hours():
     assert out["library/age_hours_lt1/transferred"] == 2
     assert out["library/age_hours_1to24/admitted"] == 1
     assert out["library/age_hours_24to168/admitted_share"] == 1.0
-    assert staleness_metrics(0, now, [], [], []) == {
+    assert staleness_metrics(now, [], [], []) == {
         "library/age_steps/count": 0.0,
         "library/age_hours/count": 0.0,
     }
+
+
+def test_a_step_age_counts_the_source_runs_own_steps(tmp_path):
+    # run "s" stored steps 0..2, run "t" step 5 only, "u" is an import without steps
+    where = [("s", 0), ("s", 1), ("s", 2), ("t", 5), ("u", None)]
+    problems = [f"Problem {j}." for j in range(len(where))]
+    groups = [
+        dataclasses.replace(
+            stored(f"{source}{step}", 1.0, step),
+            key=prompt_key(problem),
+            problem=problem,
+            source=source,
+            logprobs=[np.array([-1.0])] * 2,
+            logprob_origins=["generation"] * 2,
+        )
+        for (source, step), problem in zip(where, problems, strict=True)
+    ]
+    write_library(groups, tmp_path / "lib", append=False)
+    config = dataclasses.replace(algorithms.preset("graft-library"), n=2)
+    source = LibrarySource(str(tmp_path / "lib"), "most_recent", None, problems, config)
+    receiver = AgentRollouts(
+        agent="r", prompt_ids=problems, prompts=problems, texts=[["x", "y"]] * 5,
+        token_ids=[[[1], [1]]] * 5, logprobs=[[np.array([-1.0])] * 2] * 5,
+        finish_reasons=[["stop"] * 2] * 5, rewards=np.zeros((5, 2)),
+    )  # fmt: skip
+
+    def verify(indices, texts):  # one success in each stored group: Eq.4 takes them all
+        return {LIBRARY_AGENT: np.tile([1.0, 0.0], (len(indices), 1))}, {}
+
+    lookup = source.lookup(receiver, list(range(5)), verify)
+    # (the receiver is at its step 0: its steps count other updates than the sources')
+    assert lookup.step_ages == {0: 2, 1: 1, 2: 0, 3: 0, 4: None}

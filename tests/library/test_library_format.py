@@ -183,7 +183,7 @@ def test_graft_library_show_loads_no_torch(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "2 groups, 6 responses, 2 prompts" in done.stdout
-    assert "src [tiny-a]: 2 groups, 6 responses, 2 prompts, steps 1-1, 3 responses without" in (
+    assert "src [tiny-a]: 2 groups (n=3: 2), 6 responses, 2 prompts, steps 1-1, 3 responses" in (
         done.stdout
     )
 
@@ -297,3 +297,12 @@ def test_every_column_written_is_read_back(tmp_path):
         except LibraryError:
             continue  # read, and refused: the column is checked
         assert changed != original, f"column {field.name!r} is written but never read"
+
+
+def test_graft_library_show_gives_the_group_sizes(tmp_path, capsys):
+    from graft_env import cli
+
+    # e.g. a 3-epoch log without step column: one group of every response to a prompt
+    write_library([group(0), group(1, n=2), group(2)], tmp_path / "lib", append=False)
+    assert cli.main(["library", "show", str(tmp_path / "lib")]) == 0
+    assert "src [tiny-a]: 3 groups (n=2: 1, n=3: 2), 8 responses" in capsys.readouterr().out

@@ -4,6 +4,7 @@ marked and refused, or scored with the source model."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -16,6 +17,7 @@ from library_runs import ENV, run_config
 from algorithms.library import ImportSpec, build_library, import_rollouts, importers, read_library
 from algorithms.library.format import LibraryError
 from algorithms.loop import Trainer
+from algorithms.run_config import LibrarySpec
 from graft_env import cli
 from graft_env.data import load
 
@@ -103,7 +105,11 @@ def test_without_log_probs_entries_are_marked_and_graft_library_refuses_them(tmp
         Trainer(config)
     message = str(error.value)
     assert "\n" not in message and "have no generation log-probs" in message
-    assert "--score-with MODEL" in message
+    # what it says to do works (importing again into this library cannot: it holds them)
+    remedy = "import their file again into a new library (graft library import FILE --model "
+    assert remedy + "tiny-a --score-with tiny-a --out NEW_LIBRARY; add the other" in message
+    import_rollouts(spec(path, format="parquet", score_with="tiny-a"), tmp_path / "new")
+    Trainer(dataclasses.replace(config, library=LibrarySpec(str(tmp_path / "new"))))
 
 
 def test_missing_log_probs_are_scored_with_the_source_model(tmp_path, peer_runs):

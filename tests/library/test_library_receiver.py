@@ -4,7 +4,9 @@ groups (graft-stored's gate, weights and update), re-verifies them, and logs the
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -19,9 +21,11 @@ from algorithms.run_config import ConfigError, result_differences
 RECEIVER_SEED = 4  # a third data order; the peers' are 1 and 2
 
 
-def test_receiver_rescues_all_fail_prompts_from_the_library(tmp_path, peer_runs):
+def test_receiver_rescues_all_fail_prompts_from_the_library(tmp_path, peer_runs, caplog):
     build_library(peer_runs, tmp_path / "lib")
     library = read_library(tmp_path / "lib")
+    last_step = {source: max(g.step for g in library if g.source == source) for source in
+                 {g.source for g in library}}  # fmt: skip
     config = run_config(
         tmp_path / "receiver",
         "graft-library",
@@ -53,10 +57,11 @@ def test_receiver_rescues_all_fail_prompts_from_the_library(tmp_path, peer_runs)
             latest = max(candidates, key=lambda g: g.generated_at)
             assert own.k[group.prompt_index] == 0
             assert group.source == LIBRARY_AGENT and group.texts == latest.texts
-            ages.append(record.step - latest.step)
+            ages.append(last_step[latest.source] - latest.step)  # within its source run
         assert row["library/reward_changed_on_reverify"] == 0
         if transfers:
             assert row["library/age_steps/mean"] == pytest.approx(np.mean(ages))
+            assert row["library/age_steps/min"] >= 0
             assert 0 < row["library/age_hours/max"] < 1
             admitted = row[f"exchange/{LIBRARY_AGENT}->tiny-b/admitted"]
             assert row["batch/peer_sequences"] == admitted
@@ -126,9 +131,15 @@ def test_an_unusable_library_or_selection_is_refused_before_training(tmp_path, p
     def trainer(**changes):
         return Trainer(run_config(tmp_path / "r", "graft-library", "tiny-b", 0, steps=1, **changes))
 
-    with pytest.raises(LibraryError, match=r"none of its 36 groups is usable by this run .*n=8"):
+    with pytest.raises(
+        LibraryError,
+        match=r"none of its 36 groups is usable by this run \(36 of another size than n=8 "
+        r"\(n=4: 36\), 0 of problems not in this run's dataset\)",
+    ):
         trainer(library=library, options={"n": 8})
-    with pytest.raises(LibraryError, match=r"none of its 36 groups .*model tiny-b"):
+    with pytest.raises(
+        LibraryError, match=r"none of its 36 groups .*36 of other models than tiny-b"
+    ):
         trainer(library={**library, "choose": "model", "model": "tiny-b"})
     with pytest.raises(LibraryError, match="selection='random_prompts' draws prompts without"):
         trainer(library=library, options={"selection": "random_prompts"})
@@ -149,3 +160,68 @@ def test_configs_without_a_library_keep_their_recorded_form(tmp_path):
         "algorithm: 'grpo' -> 'graft-library'",
         f"library: (unset) -> {recorded!r}",
     ]
+
+
+def test_a_run_says_at_its_start_which_groups_it_can_use(tmp_path, peer_runs, caplog):
+    build_library(peer_runs, tmp_path / "lib")
+    groups = read_library(tmp_path / "lib")
+    per_response = ("texts", "token_ids", "logprobs", "logprob_origins", "finish_reasons")
+    doubled = [
+        dataclasses.replace(
+            g,
+            group_id=g.group_id + "x2",
+            **{name: getattr(g, name) * 2 for name in (*per_response, "statuses")},
+            rewards=np.tile(g.rewards, 2),
+        )
+        for g in groups[:3]
+    ]  # an 8-response group, as a 2-epoch log without step column imports
+    elsewhere = dataclasses.replace(groups[0], group_id="other", key="0" * 64, problem="Other.")
+    write_library([*doubled, elsewhere], tmp_path / "lib", append=True)
+    config = run_config(
+        tmp_path / "r",
+        "graft-library",
+        "tiny-b",
+        0,
+        steps=1,
+        library={"path": str(tmp_path / "lib")},
+    )
+    caplog.set_level(logging.INFO, logger="algorithms.loop")
+    Trainer(config)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("library ")]
+    assert lines == [
+        f"library {tmp_path / 'lib'}: 36 of its 40 groups are usable by this run (3 of another "
+        "size than n=4 (n=8: 3), 1 of problems not in this run's dataset)"
+    ]
+
+
+def test_a_resume_refuses_a_library_that_changed_since(tmp_path, peer_runs):
+    build_library(peer_runs[:1], tmp_path / "lib")
+
+    def config(steps):
+        return run_config(
+            tmp_path / "receiver",
+            "graft-library",
+            "tiny-b",
+            RECEIVER_SEED,
+            steps=steps,
+            library={"path": str(tmp_path / "lib")},
+        )
+
+    Trainer(config(1)).train()
+    Trainer(config(2)).train()  # unchanged: resumes
+    trained_on = hashlib.sha256((tmp_path / "lib" / "_MANIFEST.json").read_bytes()).hexdigest()
+    build_library(peer_runs[1:], tmp_path / "lib", append=True)  # newer groups: other choices
+    with pytest.raises(ConfigError) as error:
+        Trainer(config(3)).train()
+    message = str(error.value)
+    assert "\n" not in message
+    checkpoint = tmp_path / "receiver" / "checkpoints" / "step_000002"
+    recorded = json.loads((checkpoint / "state.json").read_text())["library_manifest_sha256"]
+    now = hashlib.sha256((tmp_path / "lib" / "_MANIFEST.json").read_bytes()).hexdigest()
+    assert recorded == trained_on != now
+    assert message == (
+        f"{tmp_path / 'receiver'}: checkpoint {checkpoint} was trained on library "
+        f"{tmp_path / 'lib'} when its manifest's SHA-256 was {recorded}; it is {now} now (an "
+        "--append since?), which changes the groups the run gets: resume with the library as "
+        "it was, or choose another run_dir"
+    )
