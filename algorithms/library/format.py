@@ -188,7 +188,6 @@ def _write(path: Path, data: bytes) -> None:
 @contextmanager
 def _write_lock(root: Path) -> Iterator[None]:
     """Hold library `root`'s write lock: other builds and appends of it wait meanwhile."""
-    root.parent.mkdir(parents=True, exist_ok=True)
     with (root.parent / f".{root.name}.lock").open("a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file closes
         yield
@@ -204,6 +203,11 @@ def write_library(groups: Sequence[LibraryGroup], out: str | os.PathLike, append
         raise LibraryError(f"{out}: group {twice[0]} is given twice (a source named twice?)")
     root = Path(out)
     data = _parquet_bytes(groups_table(groups))
+    if append and not root.is_dir():
+        raise LibraryError(
+            f"{root} is not a trajectory library (no such directory): build it without --append"
+        )
+    root.parent.mkdir(parents=True, exist_ok=True)
     with _write_lock(root):
         return _append(root, groups, data) if append else _create(root, data)
 

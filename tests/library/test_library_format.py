@@ -306,3 +306,13 @@ def test_graft_library_show_gives_the_group_sizes(tmp_path, capsys):
     write_library([group(0), group(1, n=2), group(2)], tmp_path / "lib", append=False)
     assert cli.main(["library", "show", str(tmp_path / "lib")]) == 0
     assert "src [tiny-a]: 3 groups (n=2: 1, n=3: 2), 8 responses" in capsys.readouterr().out
+
+
+def test_an_append_to_no_library_says_so_and_writes_nothing(tmp_path):
+    with pytest.raises(LibraryError) as error:
+        write_library([group(0)], tmp_path / "new" / "lib", append=True)
+    assert _one_line(error) == (
+        f"{tmp_path / 'new' / 'lib'} is not a trajectory library (no such directory): "
+        "build it without --append"
+    )
+    assert list(tmp_path.iterdir()) == []
