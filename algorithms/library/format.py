@@ -302,7 +302,6 @@ class Library:
     """A library as one read saw it: its groups and the digest of the manifest that listed
     their parts (which changes with every append: a run records it, `algorithms.loop`)."""
 
-    path: Path
     manifest_sha256: str
     groups: list[LibraryGroup]
 
@@ -325,8 +324,7 @@ def load_library(path: str | os.PathLike) -> Library:
     unlisted = [part for part in _parts(root) if part.name not in records]
     if unlisted:
         log.warning(
-            "%s: %s not listed in %s (left by an interrupted build or append?): ignored",
-            root,
+            "%s not listed in %s (an append in progress, or one that was interrupted): ignored",
             ", ".join(str(part) for part in unlisted),
             root / MANIFEST,
         )
@@ -349,7 +347,7 @@ def load_library(path: str | os.PathLike) -> Library:
                 )
             rows.setdefault(group_id, []).append(row)
     groups = [_group(group_id, group, where[group_id]) for group_id, group in rows.items()]
-    return Library(root, hashlib.sha256(data).hexdigest(), groups)
+    return Library(hashlib.sha256(data).hexdigest(), groups)
 
 
 def _group(group_id: str, rows: list[dict], part: Path) -> LibraryGroup:

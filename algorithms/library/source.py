@@ -142,13 +142,15 @@ class LibrarySource:
         )
         unscored = [g for g in usable if "missing" in g.logprob_origins]
         if unscored:
+            first = unscored[0]
             raise LibraryError(
                 f"{path}: {len(unscored)} of the groups this run can use have no generation "
-                f"log-probs (e.g. {unscored[0].group_id}, model {unscored[0].model_id}), and "
-                "the compatibility score s = exp(l_R - l_S) needs them: import their file "
-                f"again into a new library (graft library import FILE --model "
-                f"{unscored[0].model_id} --score-with {unscored[0].model_id} --out NEW_LIBRARY; "
-                "add the other sources to it with --append), as a library holds each group once"
+                f"log-probs (e.g. {first.group_id}, model {first.model_id}), and the "
+                "compatibility score s = exp(l_R - l_S) needs them: import their file again "
+                f"into a new library, as a library holds each group once (graft library import "
+                f"{first.source} --model {first.model_id} --score-with {first.model_id} and "
+                "the first import's other options --out NEW_LIBRARY; add the other sources to "
+                "it with --append)"
             )
         if not usable:
             raise LibraryError(

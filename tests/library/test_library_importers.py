@@ -106,8 +106,11 @@ def test_without_log_probs_entries_are_marked_and_graft_library_refuses_them(tmp
     message = str(error.value)
     assert "\n" not in message and "have no generation log-probs" in message
     # what it says to do works (importing again into this library cannot: it holds them)
-    remedy = "import their file again into a new library (graft library import FILE --model "
-    assert remedy + "tiny-a --score-with tiny-a --out NEW_LIBRARY; add the other" in message
+    assert (
+        "import their file again into a new library, as a library holds each group once "
+        f"(graft library import {path} --model tiny-a --score-with tiny-a and the first "
+        "import's other options --out NEW_LIBRARY; add the other sources to it with --append)"
+    ) in message
     import_rollouts(spec(path, format="parquet", score_with="tiny-a"), tmp_path / "new")
     Trainer(dataclasses.replace(config, library=LibrarySpec(str(tmp_path / "new"))))
 
