@@ -187,6 +187,8 @@ def test_testbed_report_on_the_tiny_pair(tmp_path):
 
 def test_threads(tmp_path):
     """One `graft train` process beside the competing one (alone is the same minus it)."""
+    # the tiny pair, not graft train's default (the testbed, which a fresh CI would build)
+    assert threads.DEFAULT_CONFIG == REPO / "configs" / "tiny_pair_graft.yaml"
     out = tmp_path / "threads.json"
     summary = threads.main(
         argv(
