@@ -10,8 +10,7 @@ exchange strategies import) load no torch, so a run config is validated without 
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from graft_env.lazy import lazy_exports
 
 _EXPORTS = {
     "group_advantages": "advantages",
@@ -44,9 +43,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'algorithms.core' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"algorithms.core.{_EXPORTS[name]}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, {n: f"{__name__}.{m}" for n, m in _EXPORTS.items()})

@@ -14,8 +14,7 @@ are checked without it.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from graft_env.lazy import lazy_exports
 
 _EXPORTS = {
     "FINISH_REASONS": "graft_env.policies.base",
@@ -34,9 +33,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'graft_env.policies' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_EXPORTS[name]), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _EXPORTS)
