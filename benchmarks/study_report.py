@@ -38,9 +38,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
-from matplotlib.ticker import MaxNLocator
 
 from algorithms.metrics import read_rows
 from benchmarks.compare import finished_results
@@ -55,6 +52,7 @@ from benchmarks.compare_report import (
     set_names,
     table_rows,
 )
+from benchmarks.study_plots import plot_funnel, plot_learning
 from benchmarks.study_stats import label_interval, paired_contrast, paired_difference, verdict
 
 GRPO8, GRPO32, GRAFT = "GRPO n=8", "GRPO n=32", "GRAFT"
@@ -100,7 +98,7 @@ FAMILIES = {
     "GRAFT controls": (GRPO8, GRAFT, NO_COMPAT, NO_FLOOR, NO_BALANCE),
     "stored peer": (GRPO8, GRAFT, STORED),
 }
-STYLES = {  # colour, line style, marker
+STYLES = {  # colour, line style, marker (`study_plots.Style`)
     GRPO8: ("black", "-", "o"),
     GRPO32: ("tab:blue", "--", "s"),
     GRAFT: ("tab:red", "-", "^"),
@@ -109,16 +107,7 @@ STYLES = {  # colour, line style, marker
     NO_BALANCE: ("tab:purple", ":", "P"),
     STORED: ("tab:brown", (0, (5, 1, 1, 1, 1, 1)), "X"),
 }
-FUNNEL = {  # row of funnel.png -> y label
-    "gate_candidates": "gate candidates\n(prompts / step)",
-    "prompts": "kept by balancing\n(prompts / step)",
-    "transferred": "transferred\n(responses / step)",
-    "admitted": "admitted by the floor\n(responses / step)",
-    "clipped_share_peer": "clipped share of\npeer tokens",
-    "s": "compatibility s: mean\n(GRAFT: p10-p90 band)",
-}
 COUNTS = ("gate_candidates", "prompts", "transferred", "admitted")  # summed over steps
-SMOOTH = 8  # funnel.png: centred moving average over this many steps
 
 
 def pct(value: float | None, unit: str = "") -> str:
@@ -359,88 +348,6 @@ def _pooled_s(seeds: Sequence[Mapping[str, Mapping[int, float]]]) -> float | Non
 # ---- plots
 
 
-def _style(label: str) -> dict[str, Any]:
-    colour, line, marker = STYLES[label]
-    return {"color": colour, "linestyle": line, "marker": marker, "markersize": 4}
-
-
-def _legend(figure: Figure, labels: Sequence[str]) -> None:
-    handles = [Line2D([], [], label=label, **_style(label)) for label in labels]
-    figure.legend(handles=handles, loc="lower center", ncol=min(4, len(handles)), frameon=False)
-
-
-def plot_learning(
-    curves: Mapping[tuple[str, str], Curve], models: Sequence[str], path: Path, title: str
-) -> Path:
-    """Rows: models; columns: families; pass@1 in % with a ± std band over seeds."""
-    figure = Figure(figsize=(4.6 * len(FAMILIES), 3.2 * len(models) + 1.2))
-    axes = figure.subplots(len(models), len(FAMILIES), squeeze=False, sharex=True)
-    drawn: list[str] = []
-    for row, model in zip(axes, models, strict=True):
-        for axis, (family, labels) in zip(row, FAMILIES.items(), strict=True):
-            for label in labels:
-                curve = curves.get((model, label))
-                if curve is None:
-                    continue
-                mean, std = np.array(curve["mean"]) * 100, np.array(curve["std"]) * 100
-                axis.plot(curve["step"], mean, **_style(label))
-                colour = STYLES[label][0]
-                axis.fill_between(curve["step"], mean - std, mean + std, color=colour, alpha=0.12)
-                drawn.append(label)
-            axis.set_title(f"{model}: {family}", fontsize=10)
-            axis.grid(alpha=0.3)
-            axis.xaxis.set_major_locator(MaxNLocator(integer=True))
-        row[0].set_ylabel("pass@1 (%)")
-    for axis in axes[-1]:
-        axis.set_xlabel("updates (training steps completed)")
-    _legend(figure, list(dict.fromkeys(label for label in STYLES if label in drawn)))
-    figure.suptitle(title)
-    figure.tight_layout(rect=(0, 0.07, 1, 1))
-    figure.savefig(path, dpi=110)
-    return path
-
-
-def _smoothed(values: Sequence[float]) -> np.ndarray:
-    """Centred moving average over SMOOTH points (fewer at the ends)."""
-    array = np.asarray(values, dtype=np.float64)
-    half = SMOOTH // 2
-    return np.array([array[max(0, i - half) : i + SMOOTH - half].mean() for i in range(len(array))])
-
-
-def plot_funnel(data: Mapping[str, Mapping[str, Any]], path: Path) -> Path:
-    """Rows: funnel quantities; columns: directions (S->R); one line per exchanging label,
-    and GRAFT's p10-p90 band of s (one band: several would hide each other)."""
-    directions = sorted({d for by_direction in data.values() for d in by_direction})
-    figure = Figure(figsize=(6.2 * len(directions), 2.2 * len(FUNNEL) + 1.2))
-    axes = figure.subplots(len(FUNNEL), len(directions), squeeze=False, sharex=True)
-    for column, direction in enumerate(directions):
-        source, receiver = direction.split("->")
-        axes[0][column].set_title(f"{source} → {receiver}", fontsize=10)
-        for label, by_direction in data.items():
-            curves = by_direction.get(direction, {}).get("curves", {})
-            for row, name in enumerate(FUNNEL):
-                curve = curves.get("s_mean" if name == "s" else name)
-                if curve and curve["step"]:
-                    smooth = _smoothed(curve["mean"])
-                    axes[row][column].plot(curve["step"], smooth, **_style(label), markevery=8)
-            if label == GRAFT and "s_p10" in curves:
-                low, high = curves["s_p10"], curves["s_p90"]
-                band = _smoothed(low["mean"]), _smoothed(high["mean"])
-                axes[-1][column].fill_between(low["step"], *band, color="tab:red", alpha=0.12)
-    for row, ylabel in enumerate(FUNNEL.values()):
-        axes[row][0].set_ylabel(ylabel, fontsize=9)
-        for axis in axes[row]:
-            axis.grid(alpha=0.3)
-    for axis in axes[-1]:
-        axis.set_xlabel("training step")
-        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
-    _legend(figure, [label for label in STYLES if label in data])
-    figure.suptitle(f"Exchange funnel: mean over seeds, {SMOOTH}-step moving average")
-    figure.tight_layout(rect=(0, 0.05, 1, 0.98))
-    figure.savefig(path, dpi=110)
-    return path
-
-
 # ---- the report
 
 
@@ -675,9 +582,9 @@ def write_report(report: Mapping[str, Any], out_dir: str | Path) -> list[Path]:
     for kind, (name, title) in titles.items():
         curves = {(c["model"], c["label"]): c for c in report["learning_curves"][kind]}
         if curves:
-            paths.append(plot_learning(curves, models, out_dir / name, title))
+            paths.append(plot_learning(curves, models, out_dir / name, title, FAMILIES, STYLES))
     if report["funnel"]:
-        paths.append(plot_funnel(report["funnel"], out_dir / "funnel.png"))
+        paths.append(plot_funnel(report["funnel"], out_dir / "funnel.png", STYLES, GRAFT))
     return paths
 
 
