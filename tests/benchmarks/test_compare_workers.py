@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from benchmarks.compare import LOCK_FILE, claim_next, release
 from benchmarks.compare_cells import RESULT_FILE, plan_cells
+from benchmarks.compare_claims import LOCK_FILE, claim_next, release
 from benchmarks.compare_grid import grid_from_dict
 from graft_env.cli import main
 
