@@ -34,3 +34,18 @@ def small_config(
         **extra,
     }
     return config_from_dict(data)
+
+
+# a grid to plan (one-step GRPO and GRAFT cells of the tiny pair), for tests of the grid's
+# cells, hashes and scheduling
+PLANNED_GRID = {
+    "base": {
+        "agents": [{"name": "tiny-a", "model": "tiny-a"}, {"name": "tiny-b", "model": "tiny-b"}],
+        "steps": 1,
+    },
+    "algorithms": [{"name": "grpo", "label": "GRPO"}, {"name": "graft", "label": "GRAFT"}],
+    "pairs": [["tiny-a", "tiny-b"]],
+    "seeds": [0],
+    "include_base": False,
+    "eval": {"sets": ["procedural/addition"], "limit": 2, "k": 1},
+}

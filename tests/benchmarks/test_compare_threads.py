@@ -7,22 +7,13 @@ import copy
 
 import pytest
 import torch
+from run_configs import PLANNED_GRID
 
 import benchmarks.compare
 from benchmarks.compare_cells import plan_cells
 from benchmarks.compare_grid import grid_from_dict
 
-GRID = {
-    "base": {
-        "agents": [{"name": "tiny-a", "model": "tiny-a"}, {"name": "tiny-b", "model": "tiny-b"}],
-        "steps": 1,
-    },
-    "algorithms": [{"name": "grpo", "label": "GRPO"}, {"name": "graft", "label": "GRAFT"}],
-    "pairs": [["tiny-a", "tiny-b"]],
-    "seeds": [0],
-    "include_base": False,
-    "eval": {"sets": ["procedural/addition"], "limit": 2, "k": 1},
-}
+GRID = PLANNED_GRID
 
 
 def test_a_cells_hash_does_not_depend_on_its_threads(tmp_path):

@@ -14,23 +14,14 @@ from pathlib import Path
 
 import pytest
 import yaml
+from run_configs import PLANNED_GRID
 
 from benchmarks.compare_cells import RESULT_FILE, plan_cells
 from benchmarks.compare_claims import LOCK_FILE, claim_next, release
 from benchmarks.compare_grid import grid_from_dict
 from graft_env.cli import main
 
-PLANNED = {
-    "base": {
-        "agents": [{"name": "tiny-a", "model": "tiny-a"}, {"name": "tiny-b", "model": "tiny-b"}],
-        "steps": 1,
-    },
-    "algorithms": [{"name": "grpo", "label": "GRPO"}, {"name": "graft", "label": "GRAFT"}],
-    "pairs": [["tiny-a", "tiny-b"]],
-    "seeds": [0],
-    "include_base": False,
-    "eval": {"sets": ["procedural/addition"], "limit": 2, "k": 1},
-}
+PLANNED = PLANNED_GRID
 STORED = {
     **PLANNED,
     "algorithms": [
