@@ -154,6 +154,21 @@ def run_summary(cell: Cell, checkpoint: str) -> dict[str, dict[str, Any]]:
     return out
 
 
+def cell_library(cell: Cell) -> Path:
+    """A graft-library cell's library: the partner's groups of the cell's source runs,
+    built at the cell's first start; a resumed cell reads the one it started with (its
+    checkpoints record that library's digest, and the run refuses another)."""
+    from algorithms.library.build import run_groups
+    from algorithms.library.format import write_library
+
+    path = Path(cell.config.library.path)
+    if not path.is_dir():  # written whole or not at all (write_library renames it into place)
+        data_dir = cell.config.env.data_dir
+        runs = [run_groups(run, data_dir) for run in cell.library_runs]
+        write_library([g for run in runs for g in run if g.agent == cell.partner], path, False)
+    return path
+
+
 def run_cell(
     cell: Cell,
     grid: GridSpec,
@@ -176,6 +191,8 @@ def run_cell(
     if cell.config is not None:
         found = latest_checkpoint(Path(cell.config.run_dir) / "checkpoints")
         resumed_at = int(found[1]["step"]) if found else 0
+        if cell.library_cells:
+            cell_library(cell)
         Trainer(cell.config).train()
         runs = run_summary(cell, grid.eval.checkpoint)
     train_seconds = time.perf_counter() - started
@@ -206,6 +223,7 @@ def run_cell(
         "own_skills": {a: list(s) for a, s in cell.pair.own_skills.items()},
         "seed": cell.seed,
         "stored_peer_cell": cell.stored_peer_cell,
+        "library_cells": list(cell.library_cells),
         "config": None if cell.config is None else cell.config.to_dict(),
         "agent_options": cell.agent_options,
         "eval_plan": dataclasses.asdict(grid.eval),

@@ -38,6 +38,7 @@ from graft_env.policies.zoo import REAL_NAMES, TESTBED_NAMES, TINY_NAMES
 RESULT_FILE = "result.json"
 STARTED_FILE = "cell.json"
 BASE_LABEL = "base"
+LIBRARY_DIR = "library"  # a graft-library cell's library, built from its source runs
 
 
 @dataclass(frozen=True)
@@ -55,10 +56,22 @@ class Cell:
     config: TrainConfig | None
     stored_peer_cell: str | None
     config_hash: str
+    library_cells: tuple[str, ...] = ()  # graft-library: the cells whose runs make its library
+    library_runs: tuple[Path, ...] = ()  # their run directories
 
     @property
     def agents(self) -> tuple[str, ...]:
         return tuple(self.models)
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        """The cells whose runs this one reads: they finish first."""
+        return ((self.stored_peer_cell,) if self.stored_peer_cell else ()) + self.library_cells
+
+    @property
+    def partner(self) -> str:
+        """The pair's agent this cell does not train (a stored peer's or library's source)."""
+        return next(a for a in self.pair.agents if a not in self.models)
 
 
 def model_identity(model: str, options: Mapping[str, Any]) -> str:
@@ -108,6 +121,7 @@ def _train_config(
     seed: int,
     directory: Path,
     peer: Mapping[str, str] | None,
+    library: bool,
 ) -> TrainConfig:
     changes = {
         "algorithm": entry.name,
@@ -119,6 +133,7 @@ def _train_config(
     data = deep_merge(grid.base, changes)
     data["agents"] = [{"name": a, "model": m, "options": options[a]} for a, m in agents.items()]
     data["stored_peer"] = None if peer is None else dict(peer)
+    data["library"] = {"path": str(directory / LIBRARY_DIR)} if library else None
     return config_from_dict(data)
 
 
@@ -130,8 +145,10 @@ def make_cell(
     models: Sequence[str],
     seed: int | None,
     source: Cell | None = None,
+    library: Sequence[Cell] = (),
 ) -> Cell:
-    """One cell; `source` is the cell whose trajectory store a stored-peer run replays."""
+    """One cell; `source` is the cell whose trajectory store a stored-peer run replays,
+    `library` the cells whose partner runs make a graft-library run's library."""
     agents = {agent_name(m): m for m in models}
     label = entry.label if entry else BASE_LABEL
     cell_id = f"{slug(label)}/{'+'.join(agents)}" + ("" if seed is None else f"/seed{seed}")
@@ -145,11 +162,13 @@ def make_cell(
             partner = next(a for a in pair.agents if a not in agents)
             peer = {"run_dir": str(source.directory / "run"), "agent": partner}
         try:
-            config = _train_config(grid, entry, agents, options, seed, directory, peer)
+            config = _train_config(
+                grid, entry, agents, options, seed, directory, peer, bool(library)
+            )
         except ValueError as error:
             raise GridError(f"cell {cell_id}: {error}") from None
         # where and how fast, not what: moving --out or changing threads keeps the hash
-        ignored = ("run_dir", "stored_peer", "threads")
+        ignored = ("run_dir", "stored_peer", "library", "threads")
         train = {k: v for k, v in config.to_dict().items() if k not in ignored}
         # the resolved options, not just the entry's name: a changed preset or default
         # (e.g. the sample std of Eq.1) must retrain the cell, never reuse it
@@ -158,6 +177,7 @@ def make_cell(
     payload = {
         "train": train,
         "stored_peer": [source.cell_id, source.config_hash] if source else None,
+        **({"library": [[c.cell_id, c.config_hash] for c in library]} if library else {}),
         "eval": dataclasses.asdict(grid.eval),
         "models": {a: model_identity(m, options[a]) for a, m in agents.items()},
         "options": options,
@@ -175,13 +195,48 @@ def make_cell(
         config=config,
         stored_peer_cell=source.cell_id if source else None,
         config_hash=digest.hexdigest()[:16],
+        library_cells=tuple(c.cell_id for c in library),
+        library_runs=tuple(c.directory / "run" for c in library),
     )
+
+
+def _library_seeds(seeds: Sequence[int], seed: int, runs: int) -> list[int]:
+    """The seeds of the `runs` runs that make the library of a cell at `seed`: those after
+    it in `seeds`, cyclically, never `seed` itself (other seeds, other prompt orders)."""
+    at = list(seeds).index(seed)
+    return [seeds[(at + j) % len(seeds)] for j in range(1, runs + 1)]  # runs < len(seeds)
+
+
+Trained = dict[tuple[str, str, str, int], Cell]  # (label, pair, agent, seed) -> its cell
+
+
+def _entry_cells(
+    grid: GridSpec, out_dir: Path, entry: AlgorithmEntry, seed: int, trained: Trained
+) -> list[Cell]:
+    """The cells of one algorithm at one seed, for every pair; their sources (a stored
+    peer's or a library's runs) are looked up in `trained`, which gets the new cells."""
+    cells = []
+    for pair in grid.pairs:
+        for models in [[m] for m in pair.models] if entry.single_agent else [pair.models]:
+            partner = next(a for a in pair.agents if a != agent_name(models[0]))
+            source = None
+            if entry.stored_peer_from is not None:
+                source = trained[(entry.stored_peer_from, pair.pair_id, partner, seed)]
+            library = [
+                trained[(entry.library_from, pair.pair_id, partner, s)]
+                for s in _library_seeds(grid.seeds, seed, entry.library_runs)
+            ]
+            cell = make_cell(grid, out_dir, entry, pair, models, seed, source, library)
+            trained.update({(entry.label, pair.pair_id, a, seed): cell for a in cell.agents})
+            cells.append(cell)
+    return cells
 
 
 def plan_cells(grid: GridSpec, out_dir: str | Path) -> list[Cell]:
     """Every cell: base evaluations first, then seed by seed, so an interrupted grid is a
     complete table for its first seeds. Within a seed, stored-peer runs come after the
-    runs whose stores they read."""
+    runs whose stores they read; graft-library runs, which read runs of other seeds, come
+    after every other cell."""
     out_dir = Path(out_dir).resolve()  # result files name checkpoints readable from anywhere
     cells: list[Cell] = []
     if grid.include_base:
@@ -191,20 +246,17 @@ def plan_cells(grid: GridSpec, out_dir: str | Path) -> list[Cell]:
                 if agent_name(model) not in done:
                     done.add(agent_name(model))
                     cells.append(make_cell(grid, out_dir, None, pair, [model], None))
-    ordered = sorted(grid.algorithms, key=lambda entry: entry.stored_peer_from is not None)
+    trained: Trained = {}
+    # runs of one seed (stored peers after their sources), then the libraries across seeds
+    within_seed = sorted(
+        (e for e in grid.algorithms if not e.library_runs), key=lambda e: e.source is not None
+    )
     for seed in grid.seeds:
-        trained: dict[tuple[str, str, str], Cell] = {}  # (label, pair, agent) -> its cell
-        for entry in ordered:
-            for pair in grid.pairs:
-                groups = [[m] for m in pair.models] if entry.single_agent else [pair.models]
-                for models in groups:
-                    source = None
-                    if entry.stored_peer_from is not None:
-                        partner = next(a for a in pair.agents if a != agent_name(models[0]))
-                        source = trained[(entry.stored_peer_from, pair.pair_id, partner)]
-                    cell = make_cell(grid, out_dir, entry, pair, models, seed, source)
-                    cells.append(cell)
-                    trained.update({(entry.label, pair.pair_id, a): cell for a in cell.agents})
+        for entry in within_seed:
+            cells += _entry_cells(grid, out_dir, entry, seed, trained)
+    for seed in grid.seeds:
+        for entry in (e for e in grid.algorithms if e.library_runs):
+            cells += _entry_cells(grid, out_dir, entry, seed, trained)
     return cells
 
 

@@ -2,10 +2,10 @@
 
 A process that runs a cell holds `claim.lock` (its pid and host) in the cell's directory.
 `claim_next` takes the first cell in plan order that is unfinished, not held by a live
-process and whose stored-peer source has finished; the lock of a process that has ended is
-taken over. Picking and locking happen under one flock on the output directory, so two
-processes (`graft compare --workers N`, or commands started by hand on one `--out`) never
-take the same cell.
+process and whose sources (a stored peer's run, a library's runs) have finished; the lock
+of a process that has ended is taken over. Picking and locking happen under one flock on
+the output directory, so two processes (`graft compare --workers N`, or commands started
+by hand on one `--out`) never take the same cell.
 """
 
 from __future__ import annotations
@@ -109,9 +109,10 @@ def claim_next(
     ran: Collection[str] = (),
 ) -> Claim:
     """Lock the first cell in plan order that is unfinished, not held by a live process,
-    and whose stored-peer source (the run whose store it replays) is finished; the lock of
-    a dead process is taken over, said in one line. `ran`: ids of the cells this process
-    ran, finished whatever their directories say (a cell runs at most once per process)."""
+    and whose sources (the runs whose stores it replays or builds its library from) are
+    finished; the lock of a dead process is taken over, said in one line. `ran`: ids of
+    the cells this process ran, finished whatever their directories say (a cell runs at
+    most once per process)."""
     by_id = {cell.cell_id: cell for cell in cells}
 
     def finished(cell: Cell) -> bool:
@@ -126,9 +127,9 @@ def claim_next(
             if holder is not None and holder.alive():
                 waiting.append(f"{cell.cell_id} ({holder})")
                 continue
-            source = cell.stored_peer_cell
-            if source is not None and not finished(by_id[source]):
-                waiting.append(f"{cell.cell_id} (after {source})")
+            pending = [source for source in cell.sources if not finished(by_id[source])]
+            if pending:
+                waiting.append(f"{cell.cell_id} (after {', '.join(pending)})")
                 continue
             if holder is not None:
                 say(f"{cell.cell_id}: taking over the stale lock of {holder}, which has ended")

@@ -8,6 +8,7 @@ A grid is one YAML file (see configs/grids/compare_tiny.yaml for a commented exa
     algorithms:                       # registry name, display label, AlgorithmConfig overrides
       - {name: grpo, label: "GRPO n=8", options: {n: 8}}
       - {name: graft-stored, label: "GRAFT stored", stored_peer_from: "GRPO n=8"}
+      - {name: graft-library, label: "GRAFT library", library_from: "GRPO n=8", library_runs: 2}
     pairs: [{models: [tiny-a, tiny-b]}]   # + per-model agent `options`, `own_skills`
     seeds: [0, 1, 2]
     baseline: "GRPO n=8"              # the label every other row is compared with
@@ -76,6 +77,20 @@ class AlgorithmItem:
     stored_peer_from: Text | None = field(
         default=None, metadata={"help": "graft-stored: the label whose runs it replays"}
     )
+    library_from: Text | None = field(
+        default=None,
+        metadata={
+            "help": "graft-library: the label whose partner runs at other seeds make its "
+            "trajectory library (other seeds: other prompt orders)"
+        },
+    )
+    library_runs: Positive = field(
+        default=2,
+        metadata={
+            "help": "library_from: how many runs, those of the seeds after the cell's own "
+            "in `seeds` (cyclically; never its own)"
+        },
+    )
 
 
 @dataclass(frozen=True)
@@ -112,6 +127,13 @@ class AlgorithmEntry:
     options: Mapping[str, Any]
     stored_peer_from: str | None
     single_agent: bool  # no live exchange: one run per model (GRPO, graft-stored)
+    library_from: str | None = None
+    library_runs: int = 0  # runs of `library_from` in the library (0: no library)
+
+    @property
+    def source(self) -> str | None:
+        """The label whose runs this entry reads (a stored peer or a library), if any."""
+        return self.stored_peer_from or self.library_from
 
 
 @dataclass(frozen=True)
@@ -253,8 +275,22 @@ def _base(value: Any, directory: Path) -> dict[str, Any]:
         raise GridError(f"base: {error}") from None
 
 
+def _source_check(item: AlgorithmItem, stored: bool, where: str) -> None:
+    """A stored-peer algorithm reads exactly one source (a replayed run or a library);
+    any other reads none."""
+    if stored and not (item.stored_peer_from or item.library_from):
+        raise GridError(
+            f"{where}: {item.name!r} replays a stored peer; set stored_peer_from or library_from"
+        )
+    if item.stored_peer_from and item.library_from:
+        raise GridError(f"{where}: set stored_peer_from or library_from, not both")
+    given = "stored_peer_from" if item.stored_peer_from else "library_from"
+    if not stored and (item.stored_peer_from or item.library_from):
+        raise GridError(f"{where}.{given}: {item.name!r} does not replay a stored peer")
+
+
 def _algorithms(
-    items: Sequence[AlgorithmItem], base_options: Mapping[str, Any]
+    items: Sequence[AlgorithmItem], base_options: Mapping[str, Any], seeds: int
 ) -> tuple[AlgorithmEntry, ...]:
     entries = []
     for index, item in enumerate(items):
@@ -263,27 +299,35 @@ def _algorithms(
             config = algorithms.make(item.name, **{**base_options, **item.options}).config
         except (TypeError, ValueError) as error:
             raise GridError(f"{where}: {error}") from None
-        if config.stored and not item.stored_peer_from:
-            raise GridError(f"{where}: {item.name!r} replays a stored peer; set stored_peer_from")
-        if item.stored_peer_from and not config.stored:
+        _source_check(item, config.stored, where)
+        if item.library_from and item.library_runs >= seeds:
             raise GridError(
-                f"{where}.stored_peer_from: {item.name!r} does not replay a stored peer"
+                f"{where}.library_runs: {item.library_runs} runs at other seeds than the "
+                f"cell's own need at least {item.library_runs + 1} seeds; the grid has {seeds}"
             )
         single = config.exchange == "none" or config.stored
         label = item.label or item.name
         entries.append(
-            AlgorithmEntry(item.name, label, dict(item.options), item.stored_peer_from, single)
+            AlgorithmEntry(
+                name=item.name,
+                label=label,
+                options=dict(item.options),
+                stored_peer_from=item.stored_peer_from,
+                single_agent=single,
+                library_from=item.library_from,
+                library_runs=item.library_runs if item.library_from else 0,
+            )
         )
     labels = [entry.label for entry in entries]
     for index, entry in enumerate(entries):
         if entry.label in labels[:index]:
             raise GridError(f"algorithms.{index}.label: {entry.label!r} is used twice")
-        source = entry.stored_peer_from
-        if source is not None:
-            sources = [e.label for e in entries if e.stored_peer_from is None]
-            if source not in sources:
+        if entry.source is not None:
+            key = "stored_peer_from" if entry.stored_peer_from else "library_from"
+            sources = [e.label for e in entries if e.source is None]
+            if entry.source not in sources:
                 raise GridError(
-                    f"algorithms.{index}.stored_peer_from: {source!r} is not one of {sources}"
+                    f"algorithms.{index}.{key}: {entry.source!r} is not one of {sources}"
                 )
     return tuple(entries)
 
@@ -356,9 +400,9 @@ def grid_from_dict(data: Any, directory: Path = Path("."), name: str = "grid") -
     base_options = base.get("algorithm_options") or {}
     if not isinstance(base_options, Mapping):
         raise GridError(f"base.algorithm_options: expected a mapping, got {base_options!r}")
-    entries = _algorithms(raw.algorithms, base_options)
     if len(set(raw.seeds)) != len(raw.seeds):
         raise GridError(f"seeds: a seed is listed twice in {list(raw.seeds)}")
+    entries = _algorithms(raw.algorithms, base_options, len(raw.seeds))
     labels = [entry.label for entry in entries]
     baseline = labels[0] if raw.baseline is None else raw.baseline
     if baseline not in labels:

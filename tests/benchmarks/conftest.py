@@ -8,6 +8,7 @@ MATH500 prompt (1,024 positions).
 
 from __future__ import annotations
 
+import subprocess
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -125,3 +126,17 @@ def scripted() -> type[ScriptedPolicy]:
 def handmade() -> Callable[[str, Sequence[str]], list[Problem]]:
     """`handmade(prefix, answers)`: one hand-made Problem per gold answer."""
     return handmade_problems
+
+
+@pytest.fixture
+def live_pid():
+    """The pid of a live process on this host (not this one), dead after `kill()` (a cell
+    lock's holder in the compare tests)."""
+    process = subprocess.Popen(["sleep", "60"])
+
+    def kill() -> None:
+        process.kill()
+        process.wait()
+
+    yield process.pid, kill
+    kill()

@@ -9,10 +9,8 @@ import copy
 import json
 import os
 import socket
-import subprocess
 from pathlib import Path
 
-import pytest
 import yaml
 from run_configs import PLANNED_GRID
 
@@ -43,19 +41,6 @@ def finish(cell) -> None:
     cell.directory.mkdir(parents=True, exist_ok=True)
     result = {"cell": cell.cell_id, "config_hash": cell.config_hash}
     (cell.directory / RESULT_FILE).write_text(json.dumps(result))
-
-
-@pytest.fixture
-def live_pid():
-    """The pid of a live process on this host (not this one), dead after `kill()`."""
-    process = subprocess.Popen(["sleep", "60"])
-
-    def kill() -> None:
-        process.kill()
-        process.wait()
-
-    yield process.pid, kill
-    kill()
 
 
 def test_a_live_processs_cell_is_passed_over_and_a_dead_ones_is_taken_over(tmp_path, live_pid):
