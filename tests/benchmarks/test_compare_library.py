@@ -7,6 +7,7 @@ import copy
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 from test_compare_grid import GRID as PLANNED
@@ -14,6 +15,7 @@ from test_compare_workers import GRID as SMALLEST
 from test_compare_workers import finish, write_lock
 
 from algorithms.library.format import load_library
+from benchmarks import library_report
 from benchmarks.compare_cells import RESULT_FILE, plan_cells
 from benchmarks.compare_claims import claim_next, release
 from benchmarks.compare_grid import GridError, grid_from_dict
@@ -108,11 +110,17 @@ def test_a_library_cell_waits_for_every_run_its_library_is_built_from(tmp_path, 
     assert claim_next(cells, tmp_path, print).cell == receiver
 
 
+def metrics(cell: Path) -> list[dict]:
+    """The rows of a cell's metrics.jsonl."""
+    return [json.loads(line) for line in (cell / "run" / "metrics.jsonl").read_text().splitlines()]
+
+
 def test_a_library_cell_trains_on_the_partners_groups_of_its_source_runs(tmp_path, capfd):
     data = copy.deepcopy(SMALLEST)
     data["base"]["steps"] = 2
     data["algorithms"] = [
         {"name": "grpo", "label": "GRPO n=2"},
+        {"name": "graft-stored", "label": "stored", "stored_peer_from": "GRPO n=2"},
         {"name": "graft-library", "label": "lib", "library_from": "GRPO n=2", "library_runs": 1},
     ]
     data["seeds"] = [0, 1]
@@ -127,11 +135,25 @@ def test_a_library_cell_trains_on_the_partners_groups_of_its_source_runs(tmp_pat
     # every group tiny-b stored at seed 1 (2 steps x 3 prompts), and nothing else
     assert len(library.groups) == 6
     assert {(g.model_id, g.source) for g in library.groups} == {("tiny-b", str(source.resolve()))}
-    rows = [json.loads(line) for line in (cell / "run" / "metrics.jsonl").read_text().splitlines()]
+    rows = metrics(cell)
     assert [row["step"] for row in rows] == [0, 1]
     assert all("library/found_prompts" in row for row in rows)
     result = json.loads((cell / RESULT_FILE).read_text())
     assert result["library_cells"] == ["grpo-n-2/tiny-b/seed1"]
     capfd.readouterr()
     assert main(["compare", "--config", str(grid), "--out", str(out)]) == 0
-    assert capfd.readouterr().err.count("finished earlier, skipped") == 8  # 4 GRPO, 4 library
+    assert capfd.readouterr().err.count("finished earlier, skipped") == 12  # 4 per row
+
+    # the pre-registered report (benchmarks.library_report) on this grid
+    report = tmp_path / "report"
+    argv = ["--grid", str(grid), "--runs", str(out), "--out", str(report), "--resamples", "50"]
+    assert library_report.main(argv) == 0
+    found = json.loads((report / "report.json").read_text())
+    hypotheses = [(h["id"], h["contrast"]) for h in found["models"]["tiny-a"]["hypotheses"]]
+    assert hypotheses == [("L1", "lib − GRPO n=2"), ("L2", "lib − stored")]
+    lookups = found["lookup"]["tiny-a"]
+    assert lookups["seeds"] == 2 and set(lookups["per_step"]) == set(library_report.LOOKUP)
+    cells = [out / "cells" / "lib" / "tiny-a" / f"seed{seed}" for seed in (0, 1)]
+    counts = [row["library/all_fail_prompts"] for cell in cells for row in metrics(cell)]
+    assert lookups["per_step"]["all_fail_prompts"] == np.mean(counts)  # 2 steps per seed
+    assert "| tiny-b | lib | 2 |" in (report / "report.md").read_text()
