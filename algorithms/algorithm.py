@@ -4,10 +4,10 @@ Every registry entry is this class with a different `AlgorithmConfig` and the
 exchange strategy that config names. Each step the loop calls, in order:
 
 1. `compute_advantages(rollouts)`: Eq.1 per agent and group.
-2. `exchange(rollouts, receivers, scorer, rng)`: the strategy's transfers
-   (statistics on `last_exchange_stats`).
+2. `exchange(rollouts, receivers, scorer, rng)`: the strategy's transfers and
+   statistics (`ExchangeResult`).
 3. `build_batches(rollouts, transfers, receivers, rng)`: one `TrainBatch` per
-   receiver with the minibatch order fixed (counts on `last_batch_stats`).
+   receiver with the minibatch order fixed, and what went into it (`BatchCounts`).
 4. `loss(new_logp, sequences)` per minibatch: Eq.10 via one `clipped_surrogate`
    (plus SGT's NLL, and the KL term, with the reference log-probs the policy
    computes, when `needs_reference`).
@@ -34,7 +34,7 @@ from algorithms.core import (
     reference_kl,
     token_nll,
 )
-from algorithms.exchange import ExchangeStats, make_strategy
+from algorithms.exchange import ExchangeResult, make_strategy
 from algorithms.types import (
     AgentRollouts,
     Scorer,
@@ -42,6 +42,11 @@ from algorithms.types import (
     TrainSequence,
     TransferredGroup,
 )
+
+BatchCounts = dict[str, int]
+"""What one receiver's batch holds and left out, in groups and responses: own_groups,
+replaced_groups, dynamic_dropped_groups, peer_sequences, removed_peer_responses,
+fully_removed_groups (logged as `batch/<key>`)."""
 
 
 class Algorithm:
@@ -51,8 +56,6 @@ class Algorithm:
         self.name = name
         self.config = config.validate()
         self.strategy = make_strategy(config)
-        self.last_exchange_stats = ExchangeStats(strategy=config.exchange)
-        self.last_batch_stats: dict[str, dict[str, int]] = {}
 
     def __repr__(self) -> str:
         return f"Algorithm({self.name!r}, exchange={self.config.exchange!r})"
@@ -91,14 +94,10 @@ class Algorithm:
         receivers: Sequence[str],
         scorer: Scorer,
         rng: np.random.Generator,
-    ) -> dict[str, list[TransferredGroup]]:
-        """Run the exchange strategy; every receiver gets a (possibly empty) list."""
-        transfers = self.strategy(rollouts, receivers, scorer, rng)
-        missing = [r for r in receivers if r not in transfers]
-        if missing:
-            raise ValueError(f"strategy {self.config.exchange!r} returned nothing for {missing}")
-        self.last_exchange_stats = self.strategy.last_stats
-        return transfers
+    ) -> ExchangeResult:
+        """Run the exchange strategy: every receiver's (possibly empty) list of groups,
+        and what the strategy did."""
+        return self.strategy(rollouts, receivers, scorer, rng)
 
     def build_batches(
         self,
@@ -106,13 +105,14 @@ class Algorithm:
         transfers: Mapping[str, Sequence[TransferredGroup]],
         receivers: Sequence[str],
         rng: np.random.Generator,
-    ) -> dict[str, TrainBatch]:
-        """Own groups plus retained transferred responses, in minibatch order, per receiver.
+    ) -> tuple[dict[str, TrainBatch], dict[str, BatchCounts]]:
+        """Own groups plus retained transferred responses, in minibatch order, per receiver,
+        and the counts of what each batch holds and left out.
 
         A prompt that received data drops the receiver's own group when the strategy
         replaces groups (GRAFT); pooled strategies keep both. Transferred responses with
         w = 0 are left out; dynamic sampling leaves out own groups with k in {0, n}.
-        All are counted in `last_batch_stats[receiver]`.
+        All are counted in the receiver's `BatchCounts`.
 
         Minibatch units are prompts: every row of one prompt (its own group, the
         transferred group that replaced it, the source half of a pooled 2n group, its
@@ -137,8 +137,10 @@ class Algorithm:
         missing = [r for r in receivers if r not in transfers]
         if missing:
             raise ValueError(f"transfers has no entry for receivers {missing}")
-        self.last_batch_stats = {}
-        return {r: self._build_batch(r, rollouts, transfers[r], rng) for r in receivers}
+        batches, counts = {}, {}
+        for r in receivers:
+            batches[r], counts[r] = self._build_batch(r, rollouts, transfers[r], rng)
+        return batches, counts
 
     def _build_batch(
         self,
@@ -146,7 +148,7 @@ class Algorithm:
         rollouts: Mapping[str, AgentRollouts],
         received: Sequence[TransferredGroup],
         rng: np.random.Generator,
-    ) -> TrainBatch:
+    ) -> tuple[TrainBatch, BatchCounts]:
         cfg = self.config
         own = rollouts[receiver]
         own_advantages = self.strategy.own_advantages(receiver, rollouts, received)
@@ -190,7 +192,6 @@ class Algorithm:
                 units.append(own_rows + [seq for peers in peer_groups for seq in peers])
             else:
                 units += [own_rows, *peer_groups]
-        self.last_batch_stats[receiver] = counts
 
         units = [unit for unit in units if unit]
         unit_is_peer = [any(s.is_peer and s.policy_gradient for s in unit) for unit in units]
@@ -200,9 +201,10 @@ class Algorithm:
         minibatches = [
             [j for u in chunk for j in range(starts[u], starts[u + 1])] for chunk in order
         ]
-        return TrainBatch(
+        batch = TrainBatch(
             agent=receiver, prompts=list(own.prompts), sequences=sequences, minibatches=minibatches
         )
+        return batch, counts
 
     def _own_sequence(
         self, own: AgentRollouts, p: int, i: int, advantages: np.ndarray

@@ -31,7 +31,7 @@ import torch
 import yaml
 
 import algorithms
-from algorithms.algorithm import Algorithm
+from algorithms.algorithm import Algorithm, BatchCounts
 from algorithms.checkpoint import (
     exchange_state,
     has_checkpoints,
@@ -39,6 +39,7 @@ from algorithms.checkpoint import (
     restore_exchange_state,
     save_checkpoint,
 )
+from algorithms.exchange import ExchangeStats
 from algorithms.library.source import Lookup, lookup_metrics, run_library
 from algorithms.metrics import MetricsLog, agent_step_metrics
 from algorithms.periodic_eval import PeriodicEvaluator
@@ -74,7 +75,9 @@ class StepRecord:
     rollouts: dict[str, AgentRollouts]
     statuses: dict[str, list[str]]
     transfers: dict[str, list[TransferredGroup]]
+    exchange_stats: ExchangeStats
     batches: dict[str, TrainBatch]
+    batch_counts: dict[str, BatchCounts]
     update_metrics: dict[str, dict[str, float]]
     timings: dict[str, float] = field(default_factory=dict)
     metrics: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -327,10 +330,10 @@ class Trainer:
         rng = step_rng(cfg.seed, t)
         with _timed(timings, "exchange"):
             self.algorithm.compute_advantages(rollouts)
-            transfers = self.algorithm.exchange(
+            exchanged = self.algorithm.exchange(
                 rollouts, live, self._scorer(rollouts, timings), rng
             )
-            batches = self.algorithm.build_batches(rollouts, transfers, live, rng)
+            batches, counts = self.algorithm.build_batches(rollouts, exchanged.transfers, live, rng)
         timings["exchange"] -= timings.get("scoring", 0.0)
 
         update_metrics = {}
@@ -350,7 +353,17 @@ class Trainer:
         if self.store is not None:
             for name in live:
                 self.store.write(self.run_dir.name, t, rollouts[name], statuses[name], name)
-        record = StepRecord(t, rollouts, statuses, transfers, batches, update_metrics, timings)
+        record = StepRecord(
+            t,
+            rollouts,
+            statuses,
+            exchanged.transfers,
+            exchanged.stats,
+            batches,
+            counts,
+            update_metrics,
+            timings,
+        )
         record.metrics = self._step_metrics(record, step_infos, stored, sampled, lookup)
         self.step += 1
         return record
@@ -451,8 +464,8 @@ class Trainer:
                 record.rollouts[name],
                 step_infos[name]["status_counts"],
                 record.update_metrics[name],
-                self.algorithm.last_batch_stats.get(name, {}),
-                self.algorithm.last_exchange_stats,
+                record.batch_counts[name],
+                record.exchange_stats,
                 record.timings,
                 sampled[name],
             )

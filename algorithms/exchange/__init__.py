@@ -8,9 +8,9 @@ Built in: "none" (GRPO), "graft" (the gate and its ablations), "sgt", "hacpo".
 
 from algorithms.exchange import gate, hacpo, none, sgt
 from algorithms.exchange.base import (
+    ExchangeResult,
     ExchangeStrategy,
     available_strategies,
-    check_exchange_inputs,
     filled_advantages,
     make_strategy,
     register_strategy,
@@ -20,10 +20,10 @@ from algorithms.exchange.stats import DirectionStats, ExchangeStats
 
 __all__ = [
     "DirectionStats",
+    "ExchangeResult",
     "ExchangeStats",
     "ExchangeStrategy",
     "available_strategies",
-    "check_exchange_inputs",
     "filled_advantages",
     "gate",
     "hacpo",

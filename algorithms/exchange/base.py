@@ -3,16 +3,18 @@
 A strategy decides what each receiver gets from its peers in one step. It is built
 from the `AlgorithmConfig` and called once per step:
 
-    strategy(rollouts, receivers, scorer, rng) -> {receiver: [TransferredGroup, ...]}
+    strategy(rollouts, receivers, scorer, rng) -> ExchangeResult(transfers, stats)
 
-Every receiver is a key (an empty list when nothing moves). Inputs are each
-agent's `AgentRollouts` with rewards and advantages filled; the scorer re-scores
-peer texts under a receiver's own tokenizer and behaviour policy. After a call,
-`strategy.last_stats` holds what happened (`ExchangeStats`). A strategy that keeps
-state across steps (HACPO's capability window) returns it from `state_dict()` and
-takes it back in `load_state_dict()`, so checkpoints resume it exactly.
+`transfers` has every receiver as a key (an empty list when nothing moves); `stats`
+(`ExchangeStats`) is what happened, for the loop to log. Inputs are each agent's
+`AgentRollouts` with rewards and advantages filled; the scorer re-scores peer texts
+under a receiver's own tokenizer and behaviour policy. The base class checks the
+inputs (`check_exchange_inputs`), then calls the subclass's `select`, then checks that
+every receiver got an entry. A strategy that keeps state across steps (HACPO's
+capability window) returns it from `state_dict()` and takes it back in
+`load_state_dict()`, so checkpoints resume it exactly; nothing else outlives a call.
 
-Two hooks say how the receiver's *own* groups combine with what it received;
+Three hooks say how the receiver's *own* groups combine with what it received;
 their defaults are GRAFT's replacement semantics:
 - `replaces_own_groups`: True if a prompt that received data drops the
   receiver's own group (GRAFT); False keeps both (pooled, SGT, HACPO).
@@ -26,6 +28,7 @@ their defaults are GRAFT's replacement semantics:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -37,14 +40,21 @@ from algorithms.types import AgentRollouts, ScoredText, Scorer, TransferredGroup
 _STRATEGIES: dict[str, type[ExchangeStrategy]] = {}
 
 
+@dataclass(frozen=True)
+class ExchangeResult:
+    """One step's exchange: the groups each receiver gets and what the strategy did."""
+
+    transfers: dict[str, list[TransferredGroup]]
+    stats: ExchangeStats
+
+
 class ExchangeStrategy:
-    """Base class of all strategies: subclass it, implement `__call__`, register it."""
+    """Base class of all strategies: subclass it, implement `select`, register it."""
 
     name = "unregistered"
 
     def __init__(self, config: AlgorithmConfig) -> None:
         self.config = config
-        self.last_stats = ExchangeStats(strategy=self.name)
 
     @property
     def replaces_own_groups(self) -> bool:
@@ -62,8 +72,25 @@ class ExchangeStrategy:
         receivers: Sequence[str],
         scorer: Scorer,
         rng: np.random.Generator,
-    ) -> dict[str, list[TransferredGroup]]:
-        raise NotImplementedError(f"exchange strategy {self.name!r} does not implement __call__")
+    ) -> ExchangeResult:
+        """`select` on checked inputs; every receiver is a key of the transfers."""
+        check_exchange_inputs(rollouts, receivers, self.config.n)
+        result = self.select(rollouts, receivers, scorer, rng)
+        missing = [r for r in receivers if r not in result.transfers]
+        if missing:
+            raise ValueError(f"strategy {self.name!r} returned nothing for {missing}")
+        return result
+
+    def select(
+        self,
+        rollouts: Mapping[str, AgentRollouts],
+        receivers: Sequence[str],
+        scorer: Scorer,
+        rng: np.random.Generator,
+    ) -> ExchangeResult:
+        """The transfers for every receiver and their `ExchangeStats`; the inputs are
+        already checked (`check_exchange_inputs`)."""
+        raise NotImplementedError(f"exchange strategy {self.name!r} does not implement select")
 
     def own_advantages(
         self,

@@ -41,8 +41,8 @@ from algorithms.core import (
     select_exchange_multi,
 )
 from algorithms.exchange.base import (
+    ExchangeResult,
     ExchangeStrategy,
-    check_exchange_inputs,
     filled_advantages,
     register_strategy,
     score_texts,
@@ -61,22 +61,20 @@ class GraftExchange(ExchangeStrategy):
     def replaces_own_groups(self) -> bool:
         return not self.config.pooled
 
-    def __call__(
+    def select(
         self,
         rollouts: Mapping[str, AgentRollouts],
         receivers: Sequence[str],
         scorer: Scorer,
         rng: np.random.Generator,
-    ) -> dict[str, list[TransferredGroup]]:
-        check_exchange_inputs(rollouts, receivers, self.config.n)
+    ) -> ExchangeResult:
         stats = ExchangeStats(strategy=self.name)
         plan = self._select_prompts(rollouts, receivers, rng, stats)
         transfers = {
             receiver: self._transfer(receiver, plan, rollouts, scorer, rng, stats)
             for receiver in receivers
         }
-        self.last_stats = stats
-        return transfers
+        return ExchangeResult(transfers, stats)
 
     def own_advantages(
         self,

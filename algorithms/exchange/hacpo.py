@@ -47,8 +47,8 @@ import numpy as np
 
 from algorithms.config import AlgorithmConfig
 from algorithms.exchange.base import (
+    ExchangeResult,
     ExchangeStrategy,
-    check_exchange_inputs,
     register_strategy,
     score_texts,
 )
@@ -119,14 +119,13 @@ class HacpoExchange(ExchangeStrategy):
         raw = capability[source] / capability[learner]
         return float(np.clip(raw, cfg.capability_ratio_min, cfg.capability_ratio_max))
 
-    def __call__(
+    def select(
         self,
         rollouts: Mapping[str, AgentRollouts],
         receivers: Sequence[str],
         scorer: Scorer,
         rng: np.random.Generator,
-    ) -> dict[str, list[TransferredGroup]]:
-        check_exchange_inputs(rollouts, receivers, self.config.n)
+    ) -> ExchangeResult:
         for agent, agent_rollouts in rollouts.items():
             history = self._success_history.setdefault(
                 agent, deque(maxlen=self.config.capability_window)
@@ -137,8 +136,7 @@ class HacpoExchange(ExchangeStrategy):
         transfers = {
             receiver: self._transfer(receiver, rollouts, scorer, stats) for receiver in receivers
         }
-        self.last_stats = stats
-        return transfers
+        return ExchangeResult(transfers, stats)
 
     def own_advantages(
         self,

@@ -22,8 +22,8 @@ import numpy as np
 
 from algorithms.core import sgt_pairs
 from algorithms.exchange.base import (
+    ExchangeResult,
     ExchangeStrategy,
-    check_exchange_inputs,
     register_strategy,
     score_texts,
 )
@@ -39,14 +39,13 @@ class SgtExchange(ExchangeStrategy):
     def replaces_own_groups(self) -> bool:
         return False
 
-    def __call__(
+    def select(
         self,
         rollouts: Mapping[str, AgentRollouts],
         receivers: Sequence[str],
         scorer: Scorer,
         rng: np.random.Generator,
-    ) -> dict[str, list[TransferredGroup]]:
-        check_exchange_inputs(rollouts, receivers, self.config.n)
+    ) -> ExchangeResult:
         stats = ExchangeStats(strategy=self.name)
         transfers: dict[str, list[TransferredGroup]] = {}
         for receiver in receivers:
@@ -79,5 +78,4 @@ class SgtExchange(ExchangeStrategy):
                 )
                 stats.direction(peer.agent, receiver).record(None, np.ones(1), 0)
             transfers[receiver] = groups
-        self.last_stats = stats
-        return transfers
+        return ExchangeResult(transfers, stats)

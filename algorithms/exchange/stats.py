@@ -1,9 +1,8 @@
 """What an exchange did, per direction, so the loop can log it (SPEC §2-§4).
 
 A strategy fills one `DirectionStats` per (source, receiver) pair it considered and
-leaves the whole `ExchangeStats` on `strategy.last_stats` (and the algorithm copies
-it to `Algorithm.last_exchange_stats`). `summary()` flattens it into the
-`{"name": float}` form that loggers take.
+returns the whole `ExchangeStats` with its transfers (`ExchangeResult.stats`).
+`summary()` flattens it into the `{"name": float}` form that loggers take.
 """
 
 from __future__ import annotations

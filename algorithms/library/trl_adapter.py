@@ -232,7 +232,8 @@ class GraftGRPOTrainer(GRPOTrainer):
         rollouts = {RECEIVER: receiver, LIBRARY_AGENT: lookup.rollouts}
         self.graft.compute_advantages(rollouts)
         rng = step_rng(self.args.seed, self.state.global_step)
-        transfers = self.graft.exchange(rollouts, [RECEIVER], self._scorer(batch), rng)[RECEIVER]
+        exchanged = self.graft.exchange(rollouts, [RECEIVER], self._scorer(batch), rng)
+        transfers = exchanged.transfers[RECEIVER]
         batch = self._replace(batch, transfers, lookup)
         peer = {group.prompt_index for group in transfers}
         chunks = order_minibatches(

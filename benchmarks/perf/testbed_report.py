@@ -109,7 +109,7 @@ def measure(
         "seed": seed,
         "levels": levels,
         "delta": trainer.algorithm.config.delta,
-        "directions": funnel(record, trainer.algorithm.last_exchange_stats, prompts, n),
+        "directions": funnel(record, record.exchange_stats, prompts, n),
     }
 
 

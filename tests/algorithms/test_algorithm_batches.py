@@ -10,9 +10,11 @@ import algorithms
 
 
 def build(name: str, agents=PAIR, scorer=None, seed=0, **options):
-    algo, rollouts, transfers = run_exchange(name, agents, scorer, seed=seed, **options)
-    batches = algo.build_batches(rollouts, transfers, list(transfers), np.random.default_rng(seed))
-    return algo, rollouts, transfers, batches
+    algo, rollouts, transfers, _ = run_exchange(name, agents, scorer, seed=seed, **options)
+    batches, counts = algo.build_batches(
+        rollouts, transfers, list(transfers), np.random.default_rng(seed)
+    )
+    return algo, rollouts, transfers, batches, counts
 
 
 def minibatches_holding(batch) -> dict[int, set[int]]:
@@ -46,15 +48,15 @@ def summary(batch) -> list[tuple]:
 
 def test_without_transfers_graft_builds_exactly_the_grpo_batch() -> None:
     no_overlap = {"A": [1, 2, 0], "B": [0, 3, 4]}  # no receiver all-fail with an informative peer
-    _, _, transfers, graft = build("graft", no_overlap)
-    _, _, _, grpo = build("grpo", no_overlap)
+    _, _, transfers, graft, _ = build("graft", no_overlap)
+    _, _, _, grpo, _ = build("grpo", no_overlap)
     assert transfers == {"A": [], "B": []}
     for agent in no_overlap:
         assert summary(graft[agent]) == summary(grpo[agent])
 
 
 def test_grpo_batch_holds_every_own_response_in_near_equal_minibatches() -> None:
-    algo, rollouts, _, batches = build("grpo")
+    _, rollouts, _, batches, batch_counts = build("grpo")
     batch = batches["A"]
     assert len(batch.sequences) == len(PAIR["A"]) * N
     sizes = [len(mb) for mb in batch.minibatches]
@@ -63,11 +65,11 @@ def test_grpo_batch_holds_every_own_response_in_near_equal_minibatches() -> None
     first = batch.sequences[N + 1]
     assert first.prompt_index == 1 and first.advantage == rollouts["A"].advantages[1, 1]
     assert first.response_token_ids == rollouts["A"].token_ids[1][1]
-    assert algo.last_batch_stats["A"]["own_groups"] == len(PAIR["A"])
+    assert batch_counts["A"]["own_groups"] == len(PAIR["A"])
 
 
 def test_transferred_groups_replace_own_groups_and_run_last() -> None:
-    algo, rollouts, transfers, batches = build("graft")
+    _, rollouts, transfers, batches, batch_counts = build("graft")
     batch = batches["A"]
     own_prompts = {s.prompt_index for s in batch.sequences if not s.is_peer}
     assert own_prompts == {1, 3, 4, 5, 6}  # 0 and 2 were replaced by B's groups
@@ -80,11 +82,11 @@ def test_transferred_groups_replace_own_groups_and_run_last() -> None:
     order = [j for mb in batch.minibatches for j in mb]
     first_peer = min(order.index(j) for j, s in enumerate(batch.sequences) if s.is_peer)
     assert all(batch.sequences[j].is_peer for j in order[first_peer:])
-    assert algo.last_batch_stats["A"]["replaced_groups"] == 2
+    assert batch_counts["A"]["replaced_groups"] == 2
 
 
 def test_peer_first_runs_transferred_groups_first() -> None:
-    _, _, _, batches = build("graft-peer-first")
+    _, _, _, batches, _ = build("graft-peer-first")
     batch = batches["A"]
     order = [j for mb in batch.minibatches for j in mb]
     assert all(batch.sequences[j].is_peer for j in order[: 2 * N])
@@ -99,17 +101,17 @@ def test_random_order_follows_the_seed() -> None:
 def test_removed_responses_are_absent_and_counted() -> None:
     texts = make_rollouts("B", PAIR["B"]).texts[0]
     scorer = TextScorer({texts[0]: -2.0, texts[3]: -0.9})
-    algo, _, _, batches = build("graft", scorer=scorer)
+    _, _, _, batches, batch_counts = build("graft", scorer=scorer)
     peers = [s for s in batches["A"].sequences if s.is_peer and s.prompt_index == 0]
     assert len(peers) == N - 1
     assert [s.weight for s in peers] == pytest.approx([1.0, 1.0, 1.0])
-    assert algo.last_batch_stats["A"]["removed_peer_responses"] == 1
+    assert batch_counts["A"]["removed_peer_responses"] == 1
 
 
 def test_clip_flags_follow_the_config() -> None:
-    _, _, _, graft = build("graft")
-    _, _, _, no_clip = build("graft-no-clip")
-    _, _, _, everywhere = build("graft-no-clip", clip_own=False)
+    _, _, _, graft, _ = build("graft")
+    _, _, _, no_clip, _ = build("graft-no-clip")
+    _, _, _, everywhere, _ = build("graft-no-clip", clip_own=False)
     for batches, own_clip, peer_clip in (
         (graft, True, True),
         (no_clip, True, False),
@@ -120,7 +122,7 @@ def test_clip_flags_follow_the_config() -> None:
 
 
 def test_pooled_keeps_the_own_group_with_pooled_advantages_in_one_minibatch() -> None:
-    algo, _, _, batches = build("graft-pooled")
+    _, _, _, batches, batch_counts = build("graft-pooled")
     batch = batches["A"]
     # Prompt 0 pools A's rewards [0, 0, 0, 0] with B's [1, 1, 1, 0]: mean 3/8, sample std
     # sqrt(15/56), so a failure gets -(3/8) / sqrt(15/56) = -3/sqrt(120/7) and a success
@@ -131,7 +133,7 @@ def test_pooled_keeps_the_own_group_with_pooled_advantages_in_one_minibatch() ->
     peer = [s.advantage for s in pooled_0 if s.is_peer]
     assert own == pytest.approx([-3 / scale] * N, rel=1e-5)
     assert peer == pytest.approx([5 / scale] * 3 + [-3 / scale], rel=1e-5)
-    assert algo.last_batch_stats["A"]["replaced_groups"] == 0
+    assert batch_counts["A"]["replaced_groups"] == 0
     assert all(len(held) == 1 for held in minibatches_holding(batch).values())
     assert len(pooled_0) == 2 * N  # so each pooled 2n group sits in one minibatch
     pooled_in_order = [
@@ -142,13 +144,13 @@ def test_pooled_keeps_the_own_group_with_pooled_advantages_in_one_minibatch() ->
 
 
 def test_dynamic_sampling_drops_uninformative_groups_and_counts_them() -> None:
-    algo, _, _, batches = build("grpo-dynamic")
+    _, _, _, batches, batch_counts = build("grpo-dynamic")
     assert {s.prompt_index for s in batches["A"].sequences} == {4}
-    assert algo.last_batch_stats["A"]["dynamic_dropped_groups"] == len(PAIR["A"]) - 1
+    assert batch_counts["A"]["dynamic_dropped_groups"] == len(PAIR["A"]) - 1
 
 
 def test_sgt_adds_nll_only_rows_and_keeps_own_groups() -> None:
-    _, _, _, batches = build("sgt")
+    _, _, _, batches, _ = build("sgt")
     batch = batches["A"]
     assert {s.prompt_index for s in batch.sequences if not s.is_peer} == set(range(len(PAIR["A"])))
     peers = [s for s in batch.sequences if s.is_peer]
@@ -158,7 +160,7 @@ def test_sgt_adds_nll_only_rows_and_keeps_own_groups() -> None:
 @pytest.mark.parametrize("name", sorted(set(algorithms.available()) - {"hacpo"}))
 def test_every_row_of_a_prompt_trains_in_one_minibatch(name: str) -> None:
     receivers = ["A"] if name == "graft-stored" else None
-    _, _, _, batches = build(name, receivers=receivers)
+    _, _, _, batches, _ = build(name, receivers=receivers)
     for batch in batches.values():
         assert all(len(held) == 1 for held in minibatches_holding(batch).values()), batch.agent
 
@@ -169,8 +171,8 @@ SIXTEEN = {"A": [0] * 10 + [2] * 6, "B": [2] * 10 + [0] * 6}
 
 @pytest.mark.parametrize("order", ["peer_last", "peer_first", "random"])
 def test_sgt_chunks_and_orders_own_groups_exactly_as_grpo(order: str) -> None:
-    _, _, transfers, sgt = build("sgt", SIXTEEN, seed=3, order=order)
-    _, _, _, grpo = build("grpo", SIXTEEN, seed=3, order=order)
+    _, _, transfers, sgt, _ = build("sgt", SIXTEEN, seed=3, order=order)
+    _, _, _, grpo, _ = build("grpo", SIXTEEN, seed=3, order=order)
     assert len(transfers["A"]) == 10
 
     def own_rows(batch) -> list[list[tuple]]:
@@ -191,7 +193,7 @@ def test_sgt_chunks_and_orders_own_groups_exactly_as_grpo(order: str) -> None:
 
 
 def test_hacpo_runs_every_own_row_before_any_peer_row() -> None:
-    _, _, _, batches = build("hacpo")
+    _, _, _, batches, _ = build("hacpo")
     order = [batches["A"].sequences[j].is_peer for mb in batches["A"].minibatches for j in mb]
     assert order == sorted(order) and any(order)
 
@@ -199,15 +201,15 @@ def test_hacpo_runs_every_own_row_before_any_peer_row() -> None:
 def test_a_fully_removed_transferred_group_leaves_its_prompt_out_and_is_counted() -> None:
     texts = make_rollouts("B", PAIR["B"]).texts[0]
     scorer = TextScorer({text: -3.0 for text in texts})  # s = e^-2 < 0.8 on all of prompt 0
-    algo, _, _, batches = build("graft", scorer=scorer)
+    _, _, _, batches, batch_counts = build("graft", scorer=scorer)
     assert 0 not in {s.prompt_index for s in batches["A"].sequences}
-    counts = algo.last_batch_stats["A"]
+    counts = batch_counts["A"]
     assert counts["fully_removed_groups"] == 1 and counts["removed_peer_responses"] == N
     assert counts["replaced_groups"] == 2 and counts["own_groups"] == len(PAIR["A"]) - 2
 
 
 def test_build_batches_rejects_missing_receivers_and_broken_groups() -> None:
-    algo, rollouts, transfers = run_exchange("graft", PAIR)
+    algo, rollouts, transfers, _ = run_exchange("graft", PAIR)
     rng = np.random.default_rng(0)
     with pytest.raises(ValueError, match="no entry for receivers"):
         algo.build_batches(rollouts, {"A": transfers["A"]}, ["A", "B"], rng)

@@ -36,15 +36,16 @@ def test_the_example_strategy_transfers_only_majority_groups(majority_registered
     # A failed prompts 0-3. B: 3/4 on 0 (majority), 1/4 on 1, 4/4 on 2 (no variance), 2/4 on 3.
     rollouts = {"A": make_rollouts("A", [0, 0, 0, 0, 1]), "B": make_rollouts("B", [3, 1, 4, 2, 0])}
     algo.compute_advantages(rollouts)
-    transfers = algo.exchange(rollouts, ["A", "B"], TextScorer(), np.random.default_rng(0))
+    exchanged = algo.exchange(rollouts, ["A", "B"], TextScorer(), np.random.default_rng(0))
+    transfers = exchanged.transfers
     assert [(g.source, g.prompt_index) for g in transfers["A"]] == [("B", 0)]
     assert transfers["B"] == []  # A's only success (prompt 4, 1/4) is not a majority
     group = transfers["A"][0]
     np.testing.assert_array_equal(group.advantages, rollouts["B"].advantages[0])
     np.testing.assert_array_equal(group.weights, np.ones(N))
-    stats = algo.last_exchange_stats.directions[("B", "A")]
+    stats = exchanged.stats.directions[("B", "A")]
     assert (stats.candidates, stats.selected_prompts, stats.admitted) == (4, [0], N)
 
-    batch = algo.build_batches(rollouts, transfers, ["A"], np.random.default_rng(0))["A"]
+    batch = algo.build_batches(rollouts, transfers, ["A"], np.random.default_rng(0))[0]["A"]
     assert {s.prompt_index for s in batch.sequences if s.is_peer} == {0}
     assert 0 not in {s.prompt_index for s in batch.sequences if not s.is_peer}

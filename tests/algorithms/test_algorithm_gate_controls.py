@@ -26,9 +26,11 @@ def test_random_admission_matches_the_floors_count_over_the_whole_direction() ->
     seeds = 400
     hits = np.zeros((2, 4))
     for seed in range(seeds):
-        algo, _, transfers = run_exchange("graft-random-admission", PAIR, low_score_scorer(), seed)
+        _, _, transfers, exchange_stats = run_exchange(
+            "graft-random-admission", PAIR, low_score_scorer(), seed
+        )
         admitted = np.array([group.weights > 0 for group in transfers["A"]])
-        assert admitted.sum() == 6 == algo.last_exchange_stats.directions[("B", "A")].admitted
+        assert admitted.sum() == 6 == exchange_stats.directions[("B", "A")].admitted
         hits += admitted
     # Uniform over the direction: each response is admitted with probability 6/8.
     np.testing.assert_allclose(hits / seeds, 0.75, atol=0.1)
@@ -38,7 +40,7 @@ def test_random_admission_per_group_sometimes_admits_responses_below_the_floor()
     scores = np.exp([-1.5, -1.0, 0.0, 0.0])
     below_floor_admitted = 0
     for seed in range(8):
-        _, _, transfers = run_exchange(
+        _, _, transfers, _ = run_exchange(
             "graft-random-admission", PAIR, low_score_scorer(), seed, admission_match="group"
         )
         weights = transfers["A"][0].weights
@@ -59,7 +61,7 @@ def test_transferred_advantages_stay_the_full_source_group_values_after_removal(
         ("graft-success-only", TextScorer(), [False, False, False, True]),  # the failure
         ("graft-success-only", low_score_scorer(), [True, True, False, True]),  # both
     ):
-        _, rollouts, transfers = run_exchange(name, PAIR, scorer)
+        _, rollouts, transfers, _ = run_exchange(name, PAIR, scorer)
         group = transfers["A"][0]
         np.testing.assert_array_equal(group.weights == 0, removed)
         np.testing.assert_allclose(group.advantages, full_group, rtol=1e-5)
@@ -69,13 +71,14 @@ def test_transferred_advantages_stay_the_full_source_group_values_after_removal(
 def test_zero_floor_keeps_a_response_whose_score_underflows_to_zero() -> None:
     texts = make_rollouts("B", PAIR["B"]).texts[0]
     scorer = TextScorer({texts[0]: -1000.0})  # s = exp(-999) is 0.0 in float64
-    algo, rollouts, transfers = run_exchange("graft-no-floor", PAIR, scorer)
+    algo, rollouts, transfers, exchange_stats = run_exchange("graft-no-floor", PAIR, scorer)
     group = transfers["A"][0]
-    assert algo.last_exchange_stats.directions[("B", "A")].scores[0] == 0.0
+    assert exchange_stats.directions[("B", "A")].scores[0] == 0.0
     assert 0.0 < group.weights[0] < 1e-300 and (group.weights[1:] == 1.0).all()
-    batch = algo.build_batches(rollouts, transfers, ["A"], np.random.default_rng(0))["A"]
+    batches, counts = algo.build_batches(rollouts, transfers, ["A"], np.random.default_rng(0))
+    batch = batches["A"]
     peer_rows = [s for s in batch.sequences if s.is_peer and s.prompt_index == 0]
-    assert len(peer_rows) == 4 and algo.last_batch_stats["A"]["removed_peer_responses"] == 0
+    assert len(peer_rows) == 4 and counts["A"]["removed_peer_responses"] == 0
     # In float32 the weight rounds to 0, but the row's tokens stay in the denominator.
     width = max(len(s.response_token_ids) for s in peer_rows)
     new_logp = torch.zeros(len(peer_rows), width, dtype=torch.float32)
@@ -84,13 +87,13 @@ def test_zero_floor_keeps_a_response_whose_score_underflows_to_zero() -> None:
     _, stats = algo.loss(new_logp, peer_rows)
     assert stats["pg_tokens"] == sum(len(s.response_token_ids) for s in peer_rows)
     # graft keeps the floor: the same response is removed there.
-    _, _, floored = run_exchange("graft", PAIR, scorer)
+    _, _, floored, _ = run_exchange("graft", PAIR, scorer)
     assert floored["A"][0].weights[0] == 0.0
 
 
 def test_random_admission_with_zero_floor_draws_from_every_response() -> None:
     texts = make_rollouts("B", PAIR["B"]).texts[0]
     scorer = TextScorer({text: -1000.0 for text in texts})  # every s underflows to 0.0
-    _, _, transfers = run_exchange("graft-random-admission", PAIR, scorer, delta=0.0)
+    _, _, transfers, _ = run_exchange("graft-random-admission", PAIR, scorer, delta=0.0)
     weights = transfers["A"][0].weights
     assert (weights > 0).all() and (weights < 1e-300).all()

@@ -25,7 +25,7 @@ def hacpo_advantages_by_hand(own: np.ndarray, peer: np.ndarray, omega_peer: floa
 
 
 def test_every_prompt_and_response_moves_with_capability_weights() -> None:
-    algo, rollouts, transfers = run_exchange("hacpo", {"A": [0, 2, 4], "B": [3, 2, 0]})
+    algo, rollouts, transfers, _ = run_exchange("hacpo", {"A": [0, 2, 4], "B": [3, 2, 0]})
     p_a, p_b = 6 / 12, 5 / 12
     assert algo.strategy.capabilities() == pytest.approx({"A": p_a, "B": p_b})
     assert [(g.source, g.prompt_index) for g in transfers["A"]] == [("B", 0), ("B", 1), ("B", 2)]
@@ -48,7 +48,7 @@ def test_every_prompt_and_response_moves_with_capability_weights() -> None:
 
 
 def test_binary_guard_falls_back_to_the_learners_own_mean() -> None:
-    algo, rollouts, transfers = run_exchange("hacpo", {"A": [4, 4, 3], "B": [1, 0, 0]})
+    algo, rollouts, transfers, _ = run_exchange("hacpo", {"A": [4, 4, 3], "B": [1, 0, 0]})
     assert algo.strategy.capability_ratio("B", "A") == pytest.approx(0.1)  # 1/11, clipped
     expected = hacpo_advantages_by_hand(rollouts["A"].rewards[0], rollouts["B"].rewards[0], 10.0)
     np.testing.assert_allclose(transfers["A"][0].advantages, expected[N:])
@@ -60,14 +60,14 @@ def test_capability_is_a_rolling_window_of_success_rates() -> None:
     for ks in ([0, 0], [4, 4], [2, 2]):
         rollouts = {a: make_rollouts(a, ks) for a in ("A", "B")}
         algo.compute_advantages(rollouts)
-        algo.exchange(rollouts, ["A", "B"], TextScorer(), np.random.default_rng(0))
+        exchanged = algo.exchange(rollouts, ["A", "B"], TextScorer(), np.random.default_rng(0))
     assert algo.strategy.capabilities()["A"] == pytest.approx((1.0 + 0.5) / 2)
-    assert algo.last_exchange_stats.extra["hacpo/capability/A"] == pytest.approx(0.75)
+    assert exchanged.stats.extra["hacpo/capability/A"] == pytest.approx(0.75)
 
 
 def test_peer_ratio_is_the_sequence_ratio_against_the_source_mean_and_clips_above_one() -> None:
-    algo, rollouts, transfers = run_exchange("hacpo", {"A": [0, 2, 4], "B": [3, 2, 0]})
-    batch = algo.build_batches(rollouts, transfers, ["A"], np.random.default_rng(0))["A"]
+    algo, rollouts, transfers, _ = run_exchange("hacpo", {"A": [0, 2, 4], "B": [3, 2, 0]})
+    batch = algo.build_batches(rollouts, transfers, ["A"], np.random.default_rng(0))[0]["A"]
     peers = [s for s in batch.sequences if s.is_peer and s.advantage > 0]
     width = max(len(s.response_token_ids) for s in peers)
 
@@ -84,7 +84,7 @@ def test_peer_ratio_is_the_sequence_ratio_against_the_source_mean_and_clips_abov
 def step(algo, ks: dict[str, list[int]]):
     rollouts = {a: make_rollouts(a, k) for a, k in ks.items()}
     algo.compute_advantages(rollouts)
-    return algo.exchange(rollouts, list(ks), TextScorer(), np.random.default_rng(0))
+    return algo.exchange(rollouts, list(ks), TextScorer(), np.random.default_rng(0)).transfers
 
 
 def test_the_capability_window_survives_a_restart_through_state_dict() -> None:

@@ -17,8 +17,8 @@ def batch_sequences(name: str, **options):
     """All of receiver A's sequences for `name`, with a scorer that removes one response."""
     texts = make_rollouts("B", PAIR["B"]).texts[0]
     scorer = TextScorer({texts[0]: -2.0, texts[1]: -1.1, texts[3]: -0.7})
-    algo, rollouts, transfers = run_exchange(name, PAIR, scorer, **options)
-    batches = algo.build_batches(rollouts, transfers, ["A", "B"], np.random.default_rng(0))
+    algo, rollouts, transfers, _ = run_exchange(name, PAIR, scorer, **options)
+    batches, _ = algo.build_batches(rollouts, transfers, ["A", "B"], np.random.default_rng(0))
     return algo, batches["A"].sequences
 
 
@@ -221,8 +221,8 @@ def test_loss_rejects_misaligned_inputs() -> None:
 @pytest.mark.parametrize("name", sorted(algorithms.available()))
 def test_every_entry_runs_a_full_step_with_finite_loss_and_gradient(name: str) -> None:
     receivers = ["A"] if name == "graft-stored" else ["A", "B"]
-    algo, rollouts, transfers = run_exchange(name, PAIR, receivers=receivers)
-    batches = algo.build_batches(rollouts, transfers, receivers, np.random.default_rng(0))
+    algo, rollouts, transfers, _ = run_exchange(name, PAIR, receivers=receivers)
+    batches, _ = algo.build_batches(rollouts, transfers, receivers, np.random.default_rng(0))
     for batch in batches.values():
         assert sorted(j for mb in batch.minibatches for j in mb) == list(
             range(len(batch.sequences))

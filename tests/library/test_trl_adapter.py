@@ -116,9 +116,9 @@ def project_batch(library, policy, env, delta):
         return policy.score([prompts[p] for p in prompt_indices], list(peer_texts), list(reasons))
 
     rng = step_rng(SEED, 0)
-    transfers = algorithm.exchange(rollouts, ["tiny-a"], scorer, rng)
-    batch = algorithm.build_batches(rollouts, transfers, ["tiny-a"], rng)["tiny-a"]
-    return batch, lookup, algorithm.last_batch_stats["tiny-a"]
+    transfers = algorithm.exchange(rollouts, ["tiny-a"], scorer, rng).transfers
+    batches, counts = algorithm.build_batches(rollouts, transfers, ["tiny-a"], rng)
+    return batches["tiny-a"], lookup, counts["tiny-a"]
 
 
 def trl_config(tmp_path, **extra) -> GRPOConfig:
