@@ -54,6 +54,7 @@ from graft_env.policies.tiny_config import (
     TinyPairConfig,
     base_skill_weights,
     cache_key,
+    default_cache_dir,
     evaluation_problems,
     skill_targets,
     target_problems,
@@ -65,7 +66,6 @@ from graft_env.policies.tiny_report import (
     complementarity_report,
     format_report,
 )
-from graft_env.policies.zoo import default_cache_dir
 from graft_env.prompts import format_prompt
 from graft_env.rewards import verify_batch
 

@@ -6,11 +6,11 @@ checked), so `inspect.signature(load_policy)` names the loader's options to a co
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from graft_env.policies.options import OPTION_PREFIX, HFPolicyOptions, VLLMEngineOptions
+from graft_env.policies.tiny_config import default_cache_dir
 
 if TYPE_CHECKING:
     from graft_env.policies.hf import HFPolicy
@@ -19,11 +19,6 @@ TINY_NAMES = ("tiny-a", "tiny-b")
 TESTBED_NAMES = ("testbed-a", "testbed-b")  # tiny_config.TESTBED: the study's pair (issue 16)
 REAL_NAMES = ("smollm2-135m", "gemma3-270m")
 ROLLOUT_BACKENDS = ("transformers", "vllm")
-
-
-def default_cache_dir() -> Path:
-    """`$GRAFT_CACHE_DIR`, else `~/.cache/graft`."""
-    return Path(os.environ.get("GRAFT_CACHE_DIR") or Path.home() / ".cache" / "graft")
 
 
 def model_path(
