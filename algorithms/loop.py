@@ -304,16 +304,7 @@ class Trainer:
             for name, gens in generations.items()
         }
         if stored is not None:
-            rollouts[self.peer.agent] = build_rollouts(
-                self.peer.agent,
-                prompt_ids,
-                stored.prompts,
-                stored.texts,
-                stored.token_ids,
-                stored.logprobs,
-                stored.finish_reasons,
-                rewards[self.peer.agent],
-            )
+            rollouts[self.peer.agent] = stored.with_rewards(rewards[self.peer.agent])
         lookup = None
         if self.library is not None:  # graft-library: its groups for the all-fail prompts
             indices = prompt_batch_indices(len(self.env.problems), cfg.env.batch_size, cfg.seed, t)

@@ -24,7 +24,7 @@ import json
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -136,18 +136,12 @@ def check_digest(
         )
 
 
-@dataclass(frozen=True)
-class StoredGroup:
-    """One agent's stored groups for one step, as the loop needs them back."""
+@dataclass
+class StoredRollouts(AgentRollouts):
+    """One agent's groups of one step as the store reads them back: its rollouts, with
+    the rewards as recorded, and each response's verifier status `statuses[p][i]`."""
 
-    prompt_ids: list[str]
-    prompts: list[str]
-    texts: list[list[str]]
-    token_ids: list[list[list[int]]]
-    logprobs: list[list[np.ndarray]]
-    finish_reasons: list[list[str]]
-    rewards: np.ndarray
-    statuses: list[list[str]]
+    statuses: list[list[str]] = field(kw_only=True)
 
 
 class TrajectoryStore:
@@ -220,7 +214,7 @@ class TrajectoryStore:
         record_digest(path)
         return path
 
-    def read(self, step: int, agent: str, n: int) -> StoredGroup:
+    def read(self, step: int, agent: str, n: int) -> StoredRollouts:
         """One agent's groups of one step, checked for completeness."""
         path = self.step_path(step, agent)
         if not path.is_file():
@@ -259,7 +253,8 @@ class TrajectoryStore:
             return [values[p * n : (p + 1) * n] for p in range(num_prompts)]
 
         first = [order[p * n] for p in range(num_prompts)]
-        return StoredGroup(
+        return StoredRollouts(
+            agent=agent,
             prompt_ids=[table["prompt_id"][r] for r in first],
             prompts=[table["prompt"][r] for r in first],
             texts=grouped("response"),

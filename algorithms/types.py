@@ -79,6 +79,19 @@ class AgentRollouts:
         """Success count per prompt, k_M(q) in the paper."""
         return (self.rewards == 1.0).sum(axis=1).astype(np.int64)
 
+    def with_rewards(self, rewards: np.ndarray) -> AgentRollouts:
+        """The same responses with other rewards (a stored peer's, verified again)."""
+        return AgentRollouts(
+            self.agent,
+            self.prompt_ids,
+            self.prompts,
+            self.texts,
+            self.token_ids,
+            self.logprobs,
+            self.finish_reasons,
+            rewards,
+        )
+
     def mean_logp(self, p: int, i: int) -> float:
         """Average generation log-probability per token of response (p, i)."""
         lp = np.asarray(self.logprobs[p][i], dtype=np.float64)

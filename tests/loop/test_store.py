@@ -36,6 +36,7 @@ def test_write_then_read_round_trips_every_field(tmp_path):
     statuses = ["ok", "no_answer", "ok", "timeout", "ok", "ok"]
     store.write("run", 4, original, statuses, "tiny-a")
     back = store.read(4, "a", n=2)
+    assert isinstance(back, AgentRollouts) and back.agent == "a"  # what the loop trains on
     assert back.prompt_ids == original.prompt_ids and back.prompts == original.prompts
     assert back.texts == original.texts and back.token_ids == original.token_ids
     for got, want in zip(back.logprobs, original.logprobs, strict=True):
@@ -44,6 +45,16 @@ def test_write_then_read_round_trips_every_field(tmp_path):
     np.testing.assert_array_equal(back.rewards, original.rewards)
     assert back.finish_reasons == original.finish_reasons
     assert back.statuses == [statuses[0:2], statuses[2:4], statuses[4:6]]
+
+
+def test_a_stored_group_verified_again_keeps_its_responses_and_takes_the_new_rewards(tmp_path):
+    store = TrajectoryStore(tmp_path)
+    store.write("run", 0, rollouts("a"), ["ok"] * 6, "tiny-a")
+    stored = store.read(0, "a", n=2)
+    again = stored.with_rewards(1.0 - stored.rewards)
+    assert type(again) is AgentRollouts  # the statuses stay with what was recorded
+    assert (again.agent, again.texts, again.token_ids) == ("a", stored.texts, stored.token_ids)
+    np.testing.assert_array_equal(again.rewards, 1.0 - stored.rewards)
 
 
 def test_files_are_readable_with_standard_tools(tmp_path):
