@@ -164,6 +164,17 @@ def latest_checkpoint(root: str | os.PathLike) -> tuple[Path, dict[str, Any]] | 
     return None
 
 
+def restore_checkpoint(
+    path: Path, state: Mapping[str, Any], policies: Mapping[str, Policy], strategy: ExchangeStrategy
+) -> int:
+    """Load checkpoint `path` (its loop `state` read already) into the strategy and every
+    policy; returns the step the run resumes at."""
+    restore_exchange_state(strategy, state, path)
+    for name, policy in policies.items():
+        policy.load(path / name)
+    return int(state["step"])
+
+
 def exchange_state(strategy: ExchangeStrategy) -> dict[str, Any]:
     """The strategy's name and state, for the loop state saved with a checkpoint."""
     return {"strategy": strategy.name, "state": strategy.state_dict()}

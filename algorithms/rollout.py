@@ -1,16 +1,22 @@
-"""From policy generations and verifier verdicts to `AgentRollouts`.
+"""From policy generations and verifier verdicts to `AgentRollouts`, and the seeds.
 
-Kept apart from the loop so the live path and the stored-peer path (which builds
-rollouts from a trajectory log instead of a policy) share one constructor.
+Kept apart from the loop so the live path, dynamic sampling's refills (`refill`) and
+anything else that builds rollouts share one constructor (`build_rollouts`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from algorithms.types import AgentRollouts
+from graft_env.envs import prompt_batch_indices
+
+if TYPE_CHECKING:
+    from graft_env.envs import MultiAgentMathEnv
+    from graft_env.policies import Generation, Policy, SamplingParams
 
 
 def sampling_seed(seed: int, step: int, agent_index: int, refill_round: int = 0) -> int:
@@ -72,6 +78,69 @@ def build_rollouts(
         finish_reasons=[list(g) for g in finish_reasons],
         rewards=np.asarray(rewards, dtype=np.float64),
     )
+
+
+def response_texts(generations: Sequence[Sequence[Generation]]) -> list[list[str]]:
+    """Each group's response texts: what the verifier scores and a peer re-tokenises."""
+    return [[g.text for g in group] for group in generations]
+
+
+def generated_rollouts(
+    agent: str,
+    prompt_ids: Sequence[str],
+    prompts: Sequence[str],
+    generations: Sequence[Sequence[Generation]],
+    rewards: np.ndarray,
+) -> AgentRollouts:
+    """`build_rollouts` of a policy's sampled groups and their rewards."""
+    return build_rollouts(
+        agent,
+        prompt_ids,
+        prompts,
+        response_texts(generations),
+        [[g.token_ids for g in group] for group in generations],
+        [[g.logprobs for g in group] for group in generations],
+        [[g.finish_reason for g in group] for group in generations],
+        rewards,
+    )
+
+
+def refill(
+    rollouts: AgentRollouts,
+    statuses: Sequence[str],
+    env: MultiAgentMathEnv,
+    policy: Policy,
+    rounds: Sequence[SamplingParams],
+    stream: int,
+    batch_size: int,
+) -> tuple[AgentRollouts, list[str], int]:
+    """Dynamic sampling (DAPO): draw extra prompts until the batch has `batch_size`
+    informative groups (0 < k < n) or every round is spent, round r sampling with
+    `rounds[r]` (its own seed).
+
+    Refill prompts come from their own deterministic stream (`refill_seed`), so resumed
+    runs refill identically. Kept refill groups are appended to the rollouts and their
+    statuses to `statuses`. Returns both and the number of responses the refills
+    generated, kept or not.
+    """
+    n, name = rollouts.n, rollouts.agent
+    need = batch_size - int(np.count_nonzero((rollouts.k > 0) & (rollouts.k < n)))
+    statuses, drawn = list(statuses), 0
+    for round_, sampling in enumerate(rounds):
+        if need <= 0:
+            break
+        indices = prompt_batch_indices(len(env.problems), batch_size, stream, round_)
+        prompts = list(env.prompts_for(name, indices))
+        groups = policy.generate(prompts, n, sampling)
+        drawn += sum(map(len, groups))
+        rewards, infos = env.score_groups(indices, {name: response_texts(groups)})
+        ids = [env.problems[i].id for i in indices]
+        extra = generated_rollouts(name, ids, prompts, groups, rewards[name])
+        keep = np.flatnonzero((extra.k > 0) & (extra.k < n))[:need].tolist()
+        rollouts = append_groups(rollouts, extra, keep)
+        statuses += [infos[name]["statuses"][p * n + i] for p in keep for i in range(n)]
+        need -= len(keep)
+    return rollouts, statuses, drawn
 
 
 def append_groups(

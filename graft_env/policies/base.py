@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Generic, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 import torch
@@ -89,6 +89,28 @@ class Generation:
             )
 
 
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+
+class Pending(Protocol[T_co]):
+    """A result that may still be computing; `result()` waits for it (and raises what the
+    computation raised)."""
+
+    def result(self) -> T_co: ...
+
+
+class Done(Generic[T]):
+    """A `Pending` that is already finished: what a policy computing in the caller's
+    process returns from its `*_async` methods."""
+
+    def __init__(self, value: T) -> None:
+        self.value = value
+
+    def result(self) -> T:
+        return self.value
+
+
 @runtime_checkable
 class Policy(Protocol):
     """A language model that samples, scores, trains and checkpoints itself."""
@@ -106,6 +128,14 @@ class Policy(Protocol):
         """For each formatted prompt, a group of `n` sampled responses."""
         ...
 
+    def generate_async(
+        self, prompts: Sequence[str], n: int, sampling: SamplingParams
+    ) -> Pending[list[list[Generation]]]:
+        """`generate`, started: the loop starts every policy's sampling before it waits for
+        any, so policies in other processes (Ray actors) sample at once; one in this
+        process returns its groups already `Done`."""
+        ...
+
     def score(
         self, prompts: Sequence[str], responses: Sequence[str], finish_reasons: Sequence[str]
     ) -> list[ScoredText]:
@@ -119,6 +149,10 @@ class Policy(Protocol):
 
     def update(self, batch: TrainBatch, loss_fn: LossFn) -> dict[str, float]:
         """One optimisation pass over `batch.minibatches`, in order; returns metrics."""
+        ...
+
+    def update_async(self, batch: TrainBatch, loss_fn: LossFn) -> Pending[dict[str, float]]:
+        """`update`, started, as `generate_async` is (every policy trains at once)."""
         ...
 
     def save(self, path: str | Path) -> None:

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from algorithms.types import ScoredText, TrainBatch
-from graft_env.policies.base import FINISH_REASONS, Generation, LossFn, SamplingParams
+from graft_env.policies.base import FINISH_REASONS, Done, Generation, LossFn, SamplingParams
 from graft_env.policies.forward import response_logprobs
 from graft_env.policies.generation import sample
 from graft_env.policies.hf_options import DTYPES, load_model, load_tokenizer
@@ -143,6 +143,12 @@ class HFPolicy:
             )
         return prompt_ids
 
+    def generate_async(
+        self, prompts: Sequence[str], n: int, sampling: SamplingParams
+    ) -> Done[list[list[Generation]]]:
+        """`generate`, finished before it returns: this policy samples in this process."""
+        return Done(self.generate(prompts, n, sampling))
+
     def generate(
         self, prompts: Sequence[str], n: int, sampling: SamplingParams
     ) -> list[list[Generation]]:
@@ -225,6 +231,10 @@ class HFPolicy:
         return [ScoredText(ids, lp) for ids, lp in zip(token_ids, logprobs, strict=True)]
 
     # -- training ----------------------------------------------------------------
+    def update_async(self, batch: TrainBatch, loss_fn: LossFn) -> Done[dict[str, float]]:
+        """`update`, finished before it returns: this policy trains in this process."""
+        return Done(self.update(batch, loss_fn))
+
     def update(self, batch: TrainBatch, loss_fn: LossFn) -> dict[str, float]:
         self._check_trainable_precision()
         sequences = batch.sequences

@@ -125,3 +125,51 @@ def test_rollout_count_includes_the_responses_dynamic_sampling_discards(tmp_path
     rounds, rest = divmod(dynamic["rollouts_generated"], batch * n)
     assert rest == 0
     assert rounds >= 2 if informative < batch else rounds == 1
+
+
+class Started:
+    """A call in flight, as a Ray actor's: `result()` logs when the loop waits for it."""
+
+    def __init__(self, events, what, value):
+        self.events, self.what, self.value = events, what, value
+
+    def result(self):
+        self.events.append(("wait", self.what))
+        return self.value
+
+
+class InFlight:
+    """A policy whose `*_async` calls log when they start and hand back a `Started`."""
+
+    def __init__(self, policy, events):
+        self.inner, self.events = policy, events
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def generate_async(self, prompts, n, sampling):
+        self.events.append(("start", f"generate {self.inner.name}"))
+        return Started(
+            self.events, f"generate {self.inner.name}", self.generate(prompts, n, sampling)
+        )
+
+    def update_async(self, batch, loss_fn):
+        self.events.append(("start", f"update {self.inner.name}"))
+        return Started(self.events, f"update {self.inner.name}", self.update(batch, loss_fn))
+
+
+def test_the_loop_starts_every_agents_sampling_and_update_before_it_waits_for_any(
+    tmp_path, fresh_policies
+):
+    events = []
+    policies = {name: InFlight(p, events) for name, p in fresh_policies("tiny-a", "tiny-b").items()}
+    trainer = Trainer(small_config(tmp_path / "run", "graft", steps=1), policies=policies)
+    trainer.open()
+    record = trainer.run_step()
+    assert events == [
+        ("start", "generate tiny-a"), ("start", "generate tiny-b"),
+        ("wait", "generate tiny-a"), ("wait", "generate tiny-b"),
+        ("start", "update tiny-a"), ("start", "update tiny-b"),
+        ("wait", "update tiny-a"), ("wait", "update tiny-b"),
+    ]  # fmt: skip
+    assert set(record.update_metrics) == {"tiny-a", "tiny-b"}

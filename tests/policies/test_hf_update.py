@@ -8,7 +8,7 @@ import torch
 
 import algorithms
 from algorithms.types import TrainBatch, TrainSequence
-from graft_env.policies.base import SamplingParams
+from graft_env.policies.base import Done, Policy, SamplingParams
 from graft_env.policies.training import OptimStep, optimise
 
 PROBLEMS = ["What is 2 + 3?", "What is 41 + 17?"]
@@ -236,3 +236,24 @@ def test_mixed_precision_computes_in_bfloat16_and_trains_float32_weights(make_po
     assert forwards_in_bfloat16(lambda: policy.update(batch, algorithms.make("grpo").loss))
     moved = [not torch.equal(a, b) for a, b in zip(before, _parameters(policy), strict=True)]
     assert all(moved), f"{moved.count(False)} of {len(moved)} weight tensors did not move"
+
+
+def test_the_async_methods_return_finished_results_equal_to_the_blocking_ones(
+    make_policy, model_dirs
+):
+    """The loop only calls `generate_async` / `update_async` (a Ray actor's are in flight);
+    an in-process policy has done the work when they return."""
+    loss_fn = algorithms.make("grpo").loss
+    ours, theirs = (make_policy(model_dirs["gpt2"]) for _ in range(2))
+    assert isinstance(ours, Policy)
+    sampling = SamplingParams(max_new_tokens=10, seed=4)
+    prompts = [ours.format_prompt(p) for p in PROBLEMS]
+    started = ours.generate_async(prompts, 2, sampling)
+    assert isinstance(started, Done)
+    for a, b in zip(started.result(), theirs.generate(prompts, 2, sampling), strict=True):
+        assert [g.token_ids for g in a] == [g.token_ids for g in b]
+    batch = _rollout_batch(ours, seed=5)
+    before = _parameters(ours)
+    update = ours.update_async(batch, loss_fn)
+    assert any(not torch.equal(a, b) for a, b in zip(before, _parameters(ours), strict=True))
+    assert update.result() == theirs.update(batch, loss_fn)
