@@ -72,7 +72,7 @@ Groups = dict[str, list[list[Generation]]]  # each live agent's sampled groups
 def make_policies(config: TrainConfig) -> dict[str, Policy]:
     """The run's policies: in this process, or one Ray actor each (`backend: ray`)."""
     if config.backend == "ray":
-        from algorithms.ray_backend import make_ray_policies
+        from algorithms.ray import make_ray_policies
 
         return make_ray_policies(config)
     return {a.name: load_policy(a.model, **dict(a.options)) for a in config.agents}

@@ -1,4 +1,35 @@
-"""The Ray backend: one actor per agent, a Policy-protocol proxy on the driver.
+"""Ray backend of the training loop (`backend: ray` in a run config).
 
-See `algorithms.ray_backend` (the loop's entry point) and docs/scale-out.md.
+Each agent runs in its own Ray actor that owns its model, optimizer and sampler
+(an `HFPolicy` built by `load_policy`, as the local backend builds it) and its own
+copy of the run's algorithm. The loop talks to `RayPolicy` proxies through the
+ordinary Policy protocol; only strings, token ids and float arrays cross between
+processes. Ray is an optional extra: the names below need `ray` installed, except
+the `ray:` schema (`RayOptions`, `parse_ray_options`).
+
+    config.backend == "ray"  ->  make_ray_policies(config) -> {agent: RayPolicy}
+
+Pieces: `.options` (the `ray:` schema), `.cluster` (connection, placement group,
+actors), `.policy` (proxy, failures, traffic meter), `.worker` (the actor). How to
+run on GPUs and several nodes: docs/scale-out.md. Names load on first use (PEP 562).
 """
+
+from __future__ import annotations
+
+from graft_env.lazy import lazy_exports
+
+_EXPORTS = {
+    "AgentFailure": "algorithms.ray.policy",
+    "ClusterError": "algorithms.ray.cluster",
+    "PendingCall": "algorithms.ray.policy",
+    "RayOptions": "algorithms.ray.options",
+    "RayPolicy": "algorithms.ray.policy",
+    "TrafficMeter": "algorithms.ray.policy",
+    "make_ray_policies": "algorithms.ray.cluster",
+    "parse_ray_options": "algorithms.ray.options",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -21,8 +23,7 @@ from run_configs import small_config
 
 import algorithms
 from algorithms.loop import Trainer
-from algorithms.ray.options import check_agent_devices
-from algorithms.ray_backend import (
+from algorithms.ray import (
     AgentFailure,
     ClusterError,
     RayPolicy,
@@ -30,6 +31,7 @@ from algorithms.ray_backend import (
     make_ray_policies,
     parse_ray_options,
 )
+from algorithms.ray.options import check_agent_devices
 from algorithms.run_config import AgentSpec, ConfigError, load_config
 from graft_env.policies import Policy, SamplingParams
 
@@ -302,3 +304,15 @@ def test_shipped_ray_configs_are_valid_for_the_ray_backend():
         assert config.backend == "ray", path
         options = parse_ray_options(config.ray)
         check_agent_devices(config.agents, options)
+
+
+def test_algorithms_ray_is_the_one_front_and_its_schema_needs_no_ray():
+    code = (
+        "import sys\nimport algorithms.ray as front\n"
+        "assert front.parse_ray_options({}).torch_threads is None\n"
+        "assert 'ray' not in sys.modules, 'the ray: schema imported ray'\n"
+        "missing = [name for name in front.__all__ if getattr(front, name, None) is None]\n"
+        "assert not missing, missing\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
