@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from algorithms.library.staleness import STEP_EDGES, bucket_labels
 from benchmarks.compare import finished_results
 from benchmarks.compare_grid import GridError, load_grid
 from benchmarks.compare_report import cell_records
@@ -47,7 +48,10 @@ def lookup_counts(
     """model -> per lookup count its per-step mean (over steps, then seeds), and the
     admitted share of transferred responses by age bucket (source steps), over all."""
     per_step: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    by_age: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
+    buckets = bucket_labels(STEP_EDGES)  # youngest first
+    by_age: dict[str, dict[str, list[float]]] = defaultdict(
+        lambda: {bucket: [0, 0] for bucket in buckets}
+    )
     for result in results:
         if result["label"] != library:
             continue
@@ -66,8 +70,9 @@ def lookup_counts(
             "seeds": len(counts["all_fail_prompts"]),
             "per_step": {name: float(np.mean(v)) for name, v in counts.items()},
             "admitted_by_age_steps": {
-                bucket: {"transferred": t, "admitted": a, "share": a / t if t else None}
-                for bucket, (t, a) in sorted(by_age[agent].items())
+                bucket: {"transferred": t, "admitted": a, "share": a / t}
+                for bucket, (t, a) in by_age[agent].items()
+                if t
             },
         }
         for agent, counts in per_step.items()
