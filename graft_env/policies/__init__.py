@@ -26,7 +26,7 @@ _EXPORTS = {
     "HFPolicyOptions": "graft_env.policies.options",
     "REAL_NAMES": "graft_env.policies.zoo",
     "TINY_NAMES": "graft_env.policies.zoo",
-    "default_cache_dir": "graft_env.policies.tiny_config",
+    "default_cache_dir": "graft_env.policies.cache",
     "load_policy": "graft_env.policies.zoo",
 }
 

@@ -45,6 +45,7 @@ from transformers import PreTrainedTokenizerFast
 from graft_env.data import Problem
 from graft_env.policies import tiny_tokenizer
 from graft_env.policies.base import SamplingParams
+from graft_env.policies.cache import default_cache_dir
 from graft_env.policies.generation import sample
 from graft_env.policies.hf import HFPolicy
 from graft_env.policies.sft import SkillMix, supervised_warm_start
@@ -54,7 +55,6 @@ from graft_env.policies.tiny_config import (
     TinyPairConfig,
     base_skill_weights,
     cache_key,
-    default_cache_dir,
     evaluation_problems,
     skill_targets,
     target_problems,

@@ -12,22 +12,14 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import random
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from graft_env.data import Problem
 from graft_env.data.procedural import LEVELS, SKILLS, generate
 from graft_env.policies.sft import SFTConfig
 from graft_env.policies.tiny_models import TinyShape
 from graft_env.policies.tiny_tokenizer import CHATML_STYLE, PLAIN_STYLE, TokenizerSpec
-
-
-def default_cache_dir() -> Path:
-    """`$GRAFT_CACHE_DIR`, else `~/.cache/graft`."""
-    return Path(os.environ.get("GRAFT_CACHE_DIR") or Path.home() / ".cache" / "graft")
-
 
 BUILD_VERSION = 3  # bump when the build procedure changes what it produces
 

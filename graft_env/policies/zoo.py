@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from graft_env.policies.cache import default_cache_dir
 from graft_env.policies.options import OPTION_PREFIX, HFPolicyOptions, VLLMEngineOptions
-from graft_env.policies.tiny_config import default_cache_dir
 
 if TYPE_CHECKING:
     from graft_env.policies.hf import HFPolicy
