@@ -35,7 +35,7 @@ from algorithms.core import (
     token_nll,
 )
 from algorithms.exchange import ExchangeResult, make_strategy
-from algorithms.types import (
+from graft_env.types import (
     AgentRollouts,
     Scorer,
     TrainBatch,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from algorithms.types import TrainSequence
+from graft_env.types import TrainSequence
 
 
 @dataclass

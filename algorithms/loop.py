@@ -35,7 +35,7 @@ import algorithms
 from algorithms.algorithm import Algorithm, BatchCounts
 from algorithms.checkpoint import restore_checkpoint, save_checkpoint
 from algorithms.exchange import ExchangeResult
-from algorithms.library.source import Lookup, run_library
+from algorithms.library.source import Lookup
 from algorithms.metrics import MetricsLog
 from algorithms.periodic_eval import PeriodicEvaluator
 from algorithms.resume import (
@@ -55,14 +55,14 @@ from algorithms.rollout import (
     sampling_seed,
     step_rng,
 )
-from algorithms.run_config import ConfigError, TrainConfig, check_stored_source
+from algorithms.run_config import ConfigError, TrainConfig, check_stored_source, run_library
 from algorithms.run_dir import create_run_dir
 from algorithms.step import StepRecord, step_metrics, timed, update_policies
 from algorithms.store import StoredRollouts, StoreError, TrajectoryStore, atomic_write_bytes
-from algorithms.types import AgentRollouts, ScoredText, Scorer, TrainBatch
 from algorithms.wandb_sink import WandbSink
 from graft_env.envs import MultiAgentMathEnv, prompt_batch_indices
 from graft_env.policies import Generation, Policy, SamplingParams, load_policy
+from graft_env.types import AgentRollouts, ScoredText, Scorer, TrainBatch
 
 log = logging.getLogger(__name__)
 

@@ -21,8 +21,8 @@ import numpy as np
 
 from algorithms.exchange import ExchangeStats
 from algorithms.store import atomic_write_bytes
-from algorithms.types import AgentRollouts
 from algorithms.wandb_sink import WandbSink
+from graft_env.types import AgentRollouts
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Evaluation during training, and the best checkpoint per agent.
 
 Every `eval.every` steps each live policy is evaluated with the benchmark harness
-(`benchmarks.evaluate.evaluate`, SPEC §10 protocol) on the configured sets; the
+(`graft_env.eval.evaluate.evaluate`, SPEC §10 protocol) on the configured sets; the
 summary goes into the metrics log as `eval/...` keys, and when the configured
 metric improves the policy is saved to ``best/<agent>/`` with ``best.json``
 recording the step and value. Dataset names are registry names, or
@@ -129,7 +129,7 @@ class PeriodicEvaluator:
 
     def run(self, policies: Mapping[str, Policy], step: int) -> dict[str, dict[str, float]]:
         """Evaluate every policy; save it as best when the metric improved."""
-        from benchmarks.evaluate import evaluate
+        from graft_env.eval.evaluate import evaluate
 
         spec, out = self.spec, {}
         for name, policy in policies.items():

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from algorithms.types import AgentRollouts
 from graft_env.envs import prompt_batch_indices
+from graft_env.types import AgentRollouts
 
 if TYPE_CHECKING:
     from graft_env.envs import MultiAgentMathEnv

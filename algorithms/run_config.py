@@ -44,11 +44,13 @@ from algorithms.config_schema import (
     validate_as,
 )
 from algorithms.config_schema import parse_yaml as parse_yaml  # re-exported (algorithms.loop)
+from algorithms.library.choice import LibraryChoice
 from algorithms.periodic_eval import EvalSpec
 from algorithms.wandb_sink import WandbSpec
 
 if TYPE_CHECKING:
     from algorithms.config import AlgorithmConfig
+    from algorithms.library.source import LibrarySource
 
 Backend = Literal["local", "ray"]
 
@@ -98,9 +100,6 @@ class StoredPeerSpec:
 
     run_dir: PathText = field(metadata={"help": "the partner's run directory"})
     agent: Text = field(metadata={"help": "the partner's agent name in that run"})
-
-
-LibraryChoice = Literal["most_recent", "highest_k", "model"]
 
 
 @dataclass(frozen=True)
@@ -369,13 +368,25 @@ def check_env(env: EnvSpec) -> None:
         raise ConfigError(f"env: {error}") from None
 
 
+def run_library(config: TrainConfig, algorithm: AlgorithmConfig) -> LibrarySource:
+    """The library of graft-library run `config` (its `library` set) as the run will read
+    it, against the run's prompt stream (loaded here): the checks need no model, so a run
+    makes them before its models load, and `load_config` for `graft config validate`."""
+    from algorithms.library.source import LibrarySource
+    from graft_env.data import load
+
+    env, spec = config.env, config.library
+    problems = load(env.dataset, env.split, env.data_dir, **env.dataset_options)
+    texts = [problem.problem for problem in problems]
+    return LibrarySource(spec.path, spec.choose, spec.model, texts, algorithm)
+
+
 def check_library(config: TrainConfig) -> None:
     """Read a graft-library run's library as the run will, against its prompt stream
-    (`algorithms.library.source.run_library`: digests, version, the groups it can use), as
+    (`run_library`: digests, version, the groups it can use), as
     `check_env` does for the stream: the run would read it only after its models. It reads
     the library once more than the run does."""
     from algorithms.library.format import LibraryError
-    from algorithms.library.source import run_library
 
     algorithm = _check_algorithm(config.algorithm, config.algorithm_options)
     try:

@@ -19,8 +19,8 @@ from algorithms.algorithm import BatchCounts
 from algorithms.exchange import ExchangeStats
 from algorithms.library.source import Lookup, lookup_metrics
 from algorithms.metrics import agent_step_metrics
-from algorithms.types import AgentRollouts, TrainBatch, TransferredGroup
 from graft_env.policies import LossFn, Policy
+from graft_env.types import AgentRollouts, TrainBatch, TransferredGroup
 
 log = logging.getLogger(__name__)
 

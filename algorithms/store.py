@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from algorithms.digests import file_record, mismatch
-from algorithms.types import AgentRollouts
+from graft_env.types import AgentRollouts
 
 SCHEMA = pa.schema(
     [

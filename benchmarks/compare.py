@@ -1,7 +1,7 @@
 """`graft compare`: every cell of a grid through the one training loop, then the harness.
 
 For each cell (see `benchmarks.compare_cells`): `algorithms.loop.Trainer(config).train()`
-(which resumes an interrupted run from its own checkpoints), then `benchmarks.evaluate`
+(which resumes an interrupted run from its own checkpoints), then `graft_env.eval.evaluate`
 on each updated model's best or final checkpoint. The cell's ``result.json`` records the
 config and its hash, the seed, package versions and git commit (`report.run_provenance`),
 timings, every evaluation result (with per-problem success counts), the learning curves,
@@ -56,8 +56,8 @@ from benchmarks.compare_cells import (
 )
 from benchmarks.compare_claims import claim_next, release, remove_locks_of
 from benchmarks.compare_grid import GridError, GridSpec
-from benchmarks.report import run_provenance
 from graft_env.data import Problem
+from graft_env.eval.report import result_dict, run_provenance
 from graft_env.threads import resolve_threads, torch_threads
 
 EVAL_METRIC = "eval/average/pass@1"
@@ -177,7 +177,7 @@ def run_cell(
     """Train (or resume) one cell, evaluate its models, write and return its result."""
     from algorithms.loop import Trainer
     from benchmarks.eval_command import write_outputs
-    from benchmarks.evaluate import evaluate
+    from graft_env.eval.evaluate import evaluate
     from graft_env.policies import load_policy
 
     provenance = run_provenance()
@@ -213,7 +213,7 @@ def run_cell(
             batch_size=plan.batch_size,
         )
         write_outputs(result, cell.directory / "eval" / agent)
-        models[agent] = {"model": model, **runs.get(agent, {}), "eval": result.to_dict()}
+        models[agent] = {"model": model, **runs.get(agent, {}), "eval": result_dict(result)}
     result = {
         "cell": cell.cell_id,
         "config_hash": cell.config_hash,

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.report import run_provenance
+from graft_env.eval.report import run_provenance
 
 Record = dict[str, Any]
 Key = tuple[str, str, str]  # (model, pair id, label): one table row

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the harness imports torch: only `run` needs it, not `graft eval --help`
-    from benchmarks.evaluate import EvalResult
+    from graft_env.eval.evaluate import EvalResult
 
 OUTPUT_FILES = ("results.json", "results.csv", "results.md", "samples.jsonl")
 
@@ -39,7 +39,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "--datasets",
         default=None,
         help="comma-separated dataset names, or procedural/<skill> for that skill's held-out "
-        "test set (default: the paper's five, benchmarks.evaluate.PAPER_BENCHMARKS)",
+        "test set (default: the paper's five, graft_env.eval.evaluate.PAPER_BENCHMARKS)",
     )
     parser.add_argument(
         "--procedural",
@@ -120,16 +120,18 @@ def default_out_dir(model: str) -> Path:
 
 def write_reports(result: EvalResult, out_dir: Path) -> list[Path]:
     """results.json, results.csv and results.md (the table and `notes`), in that order."""
+    from graft_env.eval.report import write_csv, write_json
+
     paths = [out_dir / name for name in OUTPUT_FILES[:3]]
-    result.to_json(paths[0])
-    result.to_csv(paths[1])
+    write_json(result, paths[0])
+    write_csv(result, paths[1])
     paths[2].write_text(markdown(result))
     return paths
 
 
 def write_outputs(result: EvalResult, out_dir: Path) -> list[Path]:
     """The four report files of OUTPUT_FILES, in that order."""
-    from benchmarks.report import write_samples_jsonl
+    from graft_env.eval.report import write_samples_jsonl
 
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = write_reports(result, out_dir)
@@ -176,7 +178,9 @@ def samples_only(result: EvalResult) -> list[str]:
 
 def markdown(result: EvalResult) -> str:
     """The report's table and settings, then its `notes`."""
-    return result.to_markdown() + "".join(f"{line}\n" for line in notes(result))
+    from graft_env.eval.report import render_markdown
+
+    return render_markdown(result) + "".join(f"{line}\n" for line in notes(result))
 
 
 def procedural_options(assignments: list[str], datasets: list[str]) -> dict[str, object]:
@@ -194,7 +198,7 @@ def procedural_options(assignments: list[str], datasets: list[str]) -> dict[str,
 def run(args: argparse.Namespace) -> int:
     from algorithms.periodic_eval import eval_sets
     from algorithms.run_config import apply_override, check_policy_options
-    from benchmarks.evaluate import PAPER_BENCHMARKS, evaluate
+    from graft_env.eval.evaluate import PAPER_BENCHMARKS, evaluate
     from graft_env.policies import load_policy
 
     datasets = list(PAPER_BENCHMARKS) if args.datasets is None else parse_datasets(args.datasets)
@@ -254,7 +258,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _keep(partial: EvalResult, out_dir: Path) -> str:
     """Write a stopped run's partial result (or only its samples); say where it is."""
-    from benchmarks.report import write_samples_jsonl
+    from graft_env.eval.report import write_samples_jsonl
 
     samples = f"the {len(partial.samples)} samples verified so far"
     if partial.benchmarks:

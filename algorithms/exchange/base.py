@@ -35,7 +35,7 @@ import numpy as np
 
 from algorithms.config import AlgorithmConfig
 from algorithms.exchange.stats import ExchangeStats
-from algorithms.types import AgentRollouts, ScoredText, Scorer, TransferredGroup
+from graft_env.types import AgentRollouts, ScoredText, Scorer, TransferredGroup
 
 _STRATEGIES: dict[str, type[ExchangeStrategy]] = {}
 

@@ -48,7 +48,7 @@ from algorithms.exchange.base import (
     score_texts,
 )
 from algorithms.exchange.stats import ExchangeStats
-from algorithms.types import AgentRollouts, ScoredText, Scorer, TransferredGroup
+from graft_env.types import AgentRollouts, ScoredText, Scorer, TransferredGroup
 
 Direction = tuple[str, str]
 

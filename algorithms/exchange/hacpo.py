@@ -53,7 +53,7 @@ from algorithms.exchange.base import (
     score_texts,
 )
 from algorithms.exchange.stats import ExchangeStats
-from algorithms.types import AgentRollouts, ScoredText, Scorer, TransferredGroup
+from graft_env.types import AgentRollouts, ScoredText, Scorer, TransferredGroup
 
 
 @register_strategy("hacpo")

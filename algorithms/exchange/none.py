@@ -8,7 +8,7 @@ import numpy as np
 
 from algorithms.exchange.base import ExchangeResult, ExchangeStrategy, register_strategy
 from algorithms.exchange.stats import ExchangeStats
-from algorithms.types import AgentRollouts, Scorer
+from graft_env.types import AgentRollouts, Scorer
 
 
 @register_strategy("none")

@@ -28,7 +28,7 @@ from algorithms.exchange.base import (
     score_texts,
 )
 from algorithms.exchange.stats import ExchangeStats
-from algorithms.types import AgentRollouts, Scorer, TransferredGroup
+from graft_env.types import AgentRollouts, Scorer, TransferredGroup
 
 
 @register_strategy("sgt")

@@ -14,27 +14,21 @@ of used groups), `command` (`graft library`).
     groups = read_library("runs/lib")
 """
 
-from algorithms.library.build import build_library
-from algorithms.library.format import (
-    LIBRARY_AGENT,
-    Library,
-    LibraryError,
-    LibraryGroup,
-    load_library,
-    prompt_key,
-    read_library,
-)
-from algorithms.library.importers import ImportSpec, import_rollouts
+from graft_env.lazy import lazy_exports
 
-__all__ = [
-    "LIBRARY_AGENT",
-    "ImportSpec",
-    "Library",
-    "LibraryError",
-    "LibraryGroup",
-    "build_library",
-    "import_rollouts",
-    "load_library",
-    "prompt_key",
-    "read_library",
-]
+# name -> defining module, imported on first use: the run config's schema imports
+# `algorithms.library.choice` without loading pyarrow through the format module
+_EXPORTS = {
+    "LIBRARY_AGENT": "format",
+    "ImportSpec": "importers",
+    "Library": "format",
+    "LibraryError": "format",
+    "LibraryGroup": "format",
+    "build_library": "build",
+    "import_rollouts": "importers",
+    "load_library": "format",
+    "prompt_key": "format",
+    "read_library": "format",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__ = lazy_exports(__name__, {n: f"{__name__}.{m}" for n, m in _EXPORTS.items()})

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from algorithms.library.format import LibraryGroup
 from algorithms.library.importers import READERS
-from algorithms.types import FINISH_REASONS
+from graft_env.types import FINISH_REASONS
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:

@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from algorithms.library.format import LibraryError, LibraryGroup, prompt_key, write_library
-from algorithms.types import FINISH_REASONS
+from graft_env.types import FINISH_REASONS
 
 ROLES = (
     "prompt", "response", "logprobs", "token_ids", "finish_reason", "reward", "prompt_id",

@@ -21,12 +21,12 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import get_args
 
 import numpy as np
 
 from algorithms.config import AlgorithmConfig
 from algorithms.core import exchange_candidates
+from algorithms.library.choice import choose_group
 from algorithms.library.format import (
     LIBRARY_AGENT,
     LibraryError,
@@ -35,33 +35,10 @@ from algorithms.library.format import (
     prompt_key,
 )
 from algorithms.library.staleness import staleness_metrics
-from algorithms.run_config import LibraryChoice, TrainConfig
-from algorithms.types import AgentRollouts, TransferredGroup
-
-CHOICES: tuple[str, ...] = get_args(LibraryChoice)
+from graft_env.types import AgentRollouts, TransferredGroup
 
 Verify = Callable[[Sequence[int], Mapping[str, Sequence[Sequence[str]]]], tuple[dict, dict]]
 """`MultiAgentMathEnv.score_groups`: rewards and infos of groups for dataset items."""
-
-
-def _recency(group: LibraryGroup) -> tuple:
-    """Later written first; then the later source step; then the group id (a total order)."""
-    return (group.generated_at, -1 if group.step is None else group.step, group.group_id)
-
-
-def choose_group(groups: Sequence[LibraryGroup], ks: Sequence[int], rule: str) -> int:
-    """Which of a prompt's eligible groups (each with its re-verified k) is its peer group.
-
-    'most_recent' (the default): the latest written, the least stale; 'highest_k': the
-    most successes, then the latest; 'model': the latest (the groups are those of the
-    named model already)."""
-    if not groups:
-        raise ValueError("choose_group needs at least one group")
-    if rule not in CHOICES:
-        raise ValueError(f"unknown choice {rule!r}; valid: {', '.join(CHOICES)}")
-    if rule == "highest_k":
-        return max(range(len(groups)), key=lambda j: (ks[j], _recency(groups[j])))
-    return max(range(len(groups)), key=lambda j: _recency(groups[j]))
 
 
 @dataclass
@@ -236,15 +213,3 @@ def lookup_metrics(lookup: Lookup, transfers: Sequence[TransferredGroup]) -> dic
             [group.weights for group in used],
         ),
     }
-
-
-def run_library(config: TrainConfig, algorithm: AlgorithmConfig) -> LibrarySource:
-    """The library of graft-library run `config` (its `library` set) as the run will read
-    it, against the run's prompt stream (loaded here): the checks need no model, so a run
-    makes them before its models load, and `load_config` for `graft config validate`."""
-    from graft_env.data import load
-
-    env, spec = config.env, config.library
-    problems = load(env.dataset, env.split, env.data_dir, **env.dataset_options)
-    texts = [problem.problem for problem in problems]
-    return LibrarySource(spec.path, spec.choose, spec.model, texts, algorithm)

@@ -69,11 +69,12 @@ import algorithms
 from algorithms.algorithm import Algorithm
 from algorithms.core import order_minibatches
 from algorithms.library import LIBRARY_AGENT
+from algorithms.library.choice import CHOICES
 from algorithms.library.format import LibraryError, prompt_key
-from algorithms.library.source import CHOICES, LibrarySource, Lookup
+from algorithms.library.source import LibrarySource, Lookup
 from algorithms.rollout import step_rng
-from algorithms.types import AgentRollouts, ScoredText, TransferredGroup
 from graft_env.rewards import verify_batch
+from graft_env.types import AgentRollouts, ScoredText, TransferredGroup
 
 RECEIVER = "receiver"
 """The trained model as an agent of the exchange (exchange/library->receiver/...)."""

@@ -26,8 +26,8 @@ import ray
 from ray.util.placement_group import remove_placement_group
 
 from algorithms.algorithm import Algorithm
-from algorithms.types import ScoredText, TrainBatch
 from graft_env.policies import Generation, LossFn, SamplingParams
+from graft_env.types import ScoredText, TrainBatch
 
 RESUME_HINT = (
     "the run's actors were shut down; once the cause is fixed, running it again resumes "

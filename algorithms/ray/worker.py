@@ -8,7 +8,7 @@ its registry name and options (both plain data) and trains with that algorithm's
 that same algorithm's, so the two can never silently differ.
 
 Only strings, token ids, numbers and numpy arrays (inside the plain dataclasses of
-`algorithms.types` and `policies.base`) go in and out of these methods.
+`graft_env.types` and `policies.base`) go in and out of these methods.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import ray
 import torch
 
 import algorithms
-from algorithms.types import ScoredText, TrainBatch
 from graft_env.policies import Generation, SamplingParams, load_policy
+from graft_env.types import ScoredText, TrainBatch
 
 
 class PolicyWorker:

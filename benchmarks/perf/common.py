@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from algorithms.run_config import TrainConfig, config_from_dict
-from algorithms.types import TrainBatch, TrainSequence
 from graft_env.threads import resolve_threads
+from graft_env.types import TrainBatch, TrainSequence
 
 if TYPE_CHECKING:
     import torch

@@ -35,9 +35,9 @@ import numpy as np
 import torch
 
 from algorithms.loop import Trainer
-from benchmarks.evaluate import evaluate
 from benchmarks.perf.common import add_threads_option, procedural_run
 from graft_env.data import load
+from graft_env.eval.evaluate import evaluate
 from graft_env.policies import SamplingParams, load_policy
 
 

@@ -38,13 +38,13 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 import algorithms
-from algorithms.types import TrainBatch
 from benchmarks.perf.common import PROBLEMS, add_threads_option, grpo_batch, synchronize
 from graft_env.policies import Generation, HFPolicy, HFPolicyOptions, SamplingParams
 from graft_env.policies.forward import pack_prompt_response, position_ids_from_mask
 from graft_env.policies.hf_options import DTYPES
 from graft_env.policies.tiny_models import TinyShape, build_model
 from graft_env.policies.tiny_tokenizer import PLAIN_STYLE, train_tokenizer
+from graft_env.types import TrainBatch
 
 LEVERS = ("mkldnn", "bf16", "inference_mode")
 SMOLLM2_SHAPE = {  # HuggingFaceTB/SmolLM2-135M's config.json

@@ -1,7 +1,7 @@
 """Is the default thread setting safe? One short `graft train` per thread setting, alone and
 beside a busy process (issue #15 item 1).
 
-Each run is a fresh `python -m graft_env.cli train` process (the built-in tiny-pair config,
+Each run is a fresh `python -m benchmarks.cli train` process (the built-in tiny-pair config,
 made short with `--set`), started with neither ``OMP_NUM_THREADS`` nor ``OMP_WAIT_POLICY``
 in its environment, so it runs exactly as a user's `graft train` does. A setting is a
 `threads` value (`--set threads=N`) or `default` (none: what a user gets). Conditions:
@@ -101,7 +101,7 @@ def train_command(setting: str, run_dir: Path, args: argparse.Namespace) -> list
     ]
     if setting != DEFAULT_SETTING:
         overrides.append(f"threads={setting}")
-    command = [sys.executable, "-m", "graft_env.cli", "train", "--config", str(args.config)]
+    command = [sys.executable, "-m", "benchmarks.cli", "train", "--config", str(args.config)]
     return [*command, *(word for override in overrides for word in ("--set", override))]
 
 

@@ -27,7 +27,7 @@ from typing import Generic, Protocol, TypeVar, runtime_checkable
 import numpy as np
 import torch
 
-from algorithms.types import FINISH_REASONS, ScoredText, TrainBatch, TrainSequence
+from graft_env.types import FINISH_REASONS, ScoredText, TrainBatch, TrainSequence
 
 LossFn = Callable[[torch.Tensor, Sequence[TrainSequence]], tuple[torch.Tensor, dict]]
 """`loss_fn(new_logp [B, T] right-padded with 0, sequences) -> (scalar loss, stats)`.

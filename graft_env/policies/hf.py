@@ -21,7 +21,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from algorithms.types import ScoredText, TrainBatch
 from graft_env.policies.base import FINISH_REASONS, Done, Generation, LossFn, SamplingParams
 from graft_env.policies.forward import response_logprobs
 from graft_env.policies.generation import sample
@@ -30,6 +29,7 @@ from graft_env.policies.options import HFPolicyOptions
 from graft_env.policies.precision import half_precision_training_error
 from graft_env.policies.training import OptimStep, optimise, wants_reference
 from graft_env.prompts import format_prompt
+from graft_env.types import ScoredText, TrainBatch
 
 OPTIMIZER_FILE = "optimizer.pt"
 POLICY_FILE = "graft_policy.json"

@@ -28,9 +28,9 @@ from dataclasses import dataclass
 
 import torch
 
-from algorithms.types import TrainSequence
 from graft_env.policies.base import LossFn
 from graft_env.policies.forward import ResponseLogprobs, response_logprobs
+from graft_env.types import TrainSequence
 
 
 @dataclass(frozen=True)

@@ -39,11 +39,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from algorithms.types import TrainBatch
 from graft_env.policies.base import Generation, LossFn, SamplingParams
 from graft_env.policies.hf import HFPolicy
 from graft_env.policies.hf_options import DTYPES
 from graft_env.policies.options import HFPolicyOptions, VLLMEngineOptions
+from graft_env.types import TrainBatch
 
 INSTALL_HINT = (
     "install the vllm extra: pip install vllm (GPU), or on CPU-only machines "

@@ -15,7 +15,7 @@ import pytest
 
 import algorithms
 from algorithms.exchange import ExchangeResult, ExchangeStats, ExchangeStrategy, make_strategy
-from algorithms.types import AgentRollouts, ScoredText
+from graft_env.types import AgentRollouts, ScoredText
 
 N = 4
 GEN_LOGP = -1.0  # every source token's generation log-prob in these tests

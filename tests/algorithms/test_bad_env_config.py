@@ -9,7 +9,7 @@ import pytest
 import yaml
 from run_configs import small_config
 
-from graft_env import cli
+from benchmarks import cli
 
 
 @pytest.fixture

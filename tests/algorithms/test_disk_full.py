@@ -24,9 +24,9 @@ import algorithms.store
 from algorithms.checkpoint import latest_checkpoint, save_checkpoint
 from algorithms.metrics import MetricsLog
 from algorithms.store import TrajectoryStore
-from algorithms.types import AgentRollouts
-from graft_env import cli
+from benchmarks import cli
 from graft_env.policies import load_policy
+from graft_env.types import AgentRollouts
 
 FULL = "No space left on device"
 SAFETENSORS_FULL = SafetensorError(f"Error while serializing: I/O error: {FULL} (os error 28)")

@@ -50,8 +50,8 @@ SMOKED = {
     "vs_trl",
 }
 # Entry points run through their main in their own test files (test_compare_run.py,
-# test_eval_reports.py, test_study_report.py, test_compare_library.py).
-COMMANDS = {"compare_command", "eval_command", "study_report", "library_report"}
+# test_eval_reports.py, test_study_report.py, test_compare_library.py; cli: everywhere).
+COMMANDS = {"cli", "compare_command", "eval_command", "study_report", "library_report"}
 
 
 def argv(options: str, **paths: Path) -> list[str]:

@@ -16,10 +16,10 @@ from test_compare_workers import finish, write_lock
 
 from algorithms.library.format import load_library
 from benchmarks import library_report
+from benchmarks.cli import main
 from benchmarks.compare_cells import RESULT_FILE, plan_cells
 from benchmarks.compare_claims import claim_next, release
 from benchmarks.compare_grid import GridError, grid_from_dict
-from graft_env.cli import main
 
 LIBRARY = {"name": "graft-library", "label": "library", "library_from": "GRPO n=4"}
 

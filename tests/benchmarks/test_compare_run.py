@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from graft_env.cli import main
+from benchmarks.cli import main
 
 GRID = {
     "base": {

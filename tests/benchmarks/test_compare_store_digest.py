@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from algorithms.store import StoreCorruptError, TrajectoryStore
-from algorithms.types import AgentRollouts
 from benchmarks.compare import _train_counts
+from graft_env.types import AgentRollouts
 
 
 def test_train_counts_refuse_a_corrupt_store_file(tmp_path):

@@ -14,10 +14,10 @@ from pathlib import Path
 import yaml
 from run_configs import PLANNED_GRID
 
+from benchmarks.cli import main
 from benchmarks.compare_cells import RESULT_FILE, plan_cells
 from benchmarks.compare_claims import LOCK_FILE, claim_next, release
 from benchmarks.compare_grid import grid_from_dict
-from graft_env.cli import main
 
 PLANNED = PLANNED_GRID
 STORED = {

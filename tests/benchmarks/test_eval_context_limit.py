@@ -16,10 +16,9 @@ import pytest
 from transformers import AutoTokenizer
 
 from algorithms.periodic_eval import eval_sets
-from benchmarks import eval_command
-from benchmarks.evaluate import evaluate, new_token_budgets
-from graft_env import cli
+from benchmarks import cli, eval_command
 from graft_env.data import load
+from graft_env.eval.evaluate import evaluate, new_token_budgets
 from graft_env.policies import HFPolicy
 from graft_env.policies.tiny_models import TinyShape, build_model
 

@@ -10,8 +10,9 @@ import re
 import pytest
 
 from benchmarks import eval_command
-from benchmarks.evaluate import evaluate
 from graft_env.data import load
+from graft_env.eval import report
+from graft_env.eval.evaluate import evaluate
 from graft_env.rewards import STATUSES
 
 
@@ -27,7 +28,7 @@ def result(scripted, handmade, verifier):
 
 
 def test_json_holds_config_provenance_and_counts(result, tmp_path):
-    result.to_json(tmp_path / "results.json")
+    report.write_json(result, tmp_path / "results.json")
     data = json.loads((tmp_path / "results.json").read_text())
     assert data["summary"] == pytest.approx(result.summary())
     assert data["config"]["seed"] == 5 and data["config"]["repeat_seeds"] == [5, 6]
@@ -44,7 +45,7 @@ def test_json_holds_config_provenance_and_counts(result, tmp_path):
 
 
 def test_csv_has_one_row_per_benchmark_and_an_average(result, tmp_path):
-    result.to_csv(tmp_path / "results.csv")
+    report.write_csv(result, tmp_path / "results.csv")
     with (tmp_path / "results.csv").open(newline="") as handle:
         rows = list(csv.DictReader(handle))
     assert [row["benchmark"] for row in rows] == ["one", "two", "average"]
@@ -56,7 +57,7 @@ def test_csv_has_one_row_per_benchmark_and_an_average(result, tmp_path):
 
 
 def test_markdown_table(result):
-    text = result.to_markdown()
+    text = report.render_markdown(result)
     table = [line for line in text.splitlines() if line.startswith("| ")]
     assert table[0] == "| benchmark | n problems | pass@1 (%, mean ± std) |"
     assert table[1:] == [

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from benchmarks.evaluate import PAPER_BENCHMARKS, batch_seed, evaluate
 from graft_env.data import load
+from graft_env.eval.evaluate import PAPER_BENCHMARKS, batch_seed, evaluate
 
 ANSWERS = ["42", "\\frac{1}{2}", "x^2 + 1"]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.evaluate import evaluate
 from graft_env.data import load
+from graft_env.eval.evaluate import evaluate
 from graft_env.rewards import STATUSES
 
 K, REPEATS, MAX_NEW_TOKENS = 2, 2, 12

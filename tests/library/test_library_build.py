@@ -12,7 +12,7 @@ from library_runs import ENV
 
 from algorithms.library import build_library, prompt_key, read_library
 from algorithms.library.format import LibraryError
-from graft_env import cli
+from benchmarks import cli
 from graft_env.data import load
 
 

@@ -18,7 +18,7 @@ from algorithms.library.staleness import (
     bucket_labels,
     staleness_metrics,
 )
-from algorithms.types import AgentRollouts
+from graft_env.types import AgentRollouts
 
 
 def stored(group_id: str, generated_at: float, step: int | None = 0) -> LibraryGroup:

@@ -16,7 +16,7 @@ from library_runs import ENV, run_config
 from algorithms.library.format import LibraryGroup, prompt_key, write_library
 from algorithms.loop import Trainer
 from algorithms.run_config import ConfigError
-from graft_env import cli
+from benchmarks import cli
 from graft_env.data import load
 
 

@@ -175,7 +175,7 @@ def test_a_missing_part_is_an_error(tmp_path):
 def test_graft_library_show_loads_no_torch(tmp_path):
     write_library([group(0), group(1, logprobs=False)], tmp_path / "lib", append=False)
     code = (
-        "import sys\nfrom graft_env import cli\n"
+        "import sys\nfrom benchmarks import cli\n"
         f"assert cli.main(['library', 'show', {str(tmp_path / 'lib')!r}]) == 0\n"
         "heavy = sorted(m for m in ('torch', 'transformers') if m in sys.modules)\n"
         "assert not heavy, heavy\n"
@@ -300,7 +300,7 @@ def test_every_column_written_is_read_back(tmp_path):
 
 
 def test_graft_library_show_gives_the_group_sizes(tmp_path, capsys):
-    from graft_env import cli
+    from benchmarks import cli
 
     # e.g. a 3-epoch log without step column: one group of every response to a prompt
     write_library([group(0), group(1, n=2), group(2)], tmp_path / "lib", append=False)

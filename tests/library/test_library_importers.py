@@ -18,7 +18,7 @@ from algorithms.library import ImportSpec, build_library, import_rollouts, impor
 from algorithms.library.format import LibraryError
 from algorithms.loop import Trainer
 from algorithms.run_config import LibrarySpec
-from graft_env import cli
+from benchmarks import cli
 from graft_env.data import load
 
 PROBLEMS = {p.id: p for p in load("procedural", "train", **ENV["dataset_options"])}

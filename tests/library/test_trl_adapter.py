@@ -26,9 +26,9 @@ from algorithms.library.source import LibrarySource
 from algorithms.library.trl_adapter import GraftGRPOTrainer, math_reward
 from algorithms.loop import Trainer
 from algorithms.rollout import step_rng
-from algorithms.types import AgentRollouts
 from graft_env.envs import MultiAgentMathEnv
 from graft_env.policies import load_policy
+from graft_env.types import AgentRollouts
 
 N, CHUNKS, SEED = 4, 2, 0
 # Peer prompts first, so that peer-last visibly reorders them. The library (tiny-a seeds 1, 2

@@ -12,8 +12,7 @@ import yaml
 from run_configs import small_config
 
 from algorithms import train_command
-from benchmarks import compare_command
-from graft_env import cli
+from benchmarks import cli, compare_command
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -185,7 +184,7 @@ def test_graft_help_loads_no_torch():
     helps = "['--help'], ['data', '--help'], ['eval', '--help'], ['compare', '--help'], "
     helps += "['train', '--help'], ['config', 'show'], ['config', 'show', '--grid']"
     code = (
-        "import sys\nfrom graft_env import cli\n"
+        "import sys\nfrom benchmarks import cli\n"
         f"for argv in ({helps}):\n"
         "    try:\n        cli.main(argv)\n    except SystemExit:\n        pass\n"
         "cli.main(['data', 'list'])\n"
@@ -204,7 +203,7 @@ def test_graft_help_loads_no_torch():
 
 def test_a_closed_pipe_is_not_an_error():
     """`graft config show --grid | head -1`: the reader stops early; graft says nothing."""
-    code = "from graft_env import cli\nraise SystemExit(cli.main(['config', 'show', '--grid']))"
+    code = "from benchmarks import cli\nraise SystemExit(cli.main(['config', 'show', '--grid']))"
     child = subprocess.Popen(
         [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )

@@ -19,7 +19,7 @@ from run_configs import small_config
 from algorithms.loop import Trainer
 from algorithms.run_config import ConfigError, result_differences
 from algorithms.run_dir import MARKER
-from graft_env import cli
+from benchmarks import cli
 
 
 def _config_file(tmp_path: Path, run_dir: Path, **extra) -> Path:

@@ -6,7 +6,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from algorithms.store import StoreCorruptError, StoreError, TrajectoryStore, record_digest
-from algorithms.types import AgentRollouts
+from graft_env.types import AgentRollouts
 
 ENDINGS = ("stop", "length")
 

@@ -17,7 +17,7 @@ from run_configs import small_config
 from safetensors.torch import load_file
 
 import algorithms.loop
-from graft_env import cli
+from benchmarks import cli
 from graft_env.threads import process_defaults, resolve_threads
 
 REPO = Path(__file__).resolve().parents[2]
@@ -69,7 +69,7 @@ def _config_file(tmp_path: Path, name: str, raw: dict | None = None, **extra) ->
     "entry",
     [
         # `graft train` with a valid config (its loop imports torch) that --fresh refuses
-        "from graft_env.cli import main; main(['train', '--config', sys.argv[1], '--fresh'])",
+        "from benchmarks.cli import main; main(['train', '--config', sys.argv[1], '--fresh'])",
         # what `python -m benchmarks.perf.step_time` imports first
         "import benchmarks.perf.step_time",
     ],

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 import algorithms
-from algorithms.types import TrainBatch, TrainSequence
 from graft_env.policies.base import Done, Policy, SamplingParams
 from graft_env.policies.training import OptimStep, optimise
+from graft_env.types import TrainBatch, TrainSequence
 
 PROBLEMS = ["What is 2 + 3?", "What is 41 + 17?"]
 

@@ -11,7 +11,7 @@ from test_hf_update import _rollout_batch
 import algorithms
 from algorithms.exchange import ExchangeStats
 from algorithms.metrics import agent_step_metrics
-from algorithms.types import AgentRollouts
+from graft_env.types import AgentRollouts
 
 
 def test_clipped_shares_pool_tokens_over_minibatches_and_are_the_only_clip_fractions(policy):

@@ -21,10 +21,10 @@ from run_configs import small_config
 
 import algorithms
 from algorithms.loop import Trainer, make_policies
-from algorithms.types import TrainBatch, TrainSequence
 from graft_env.policies import Generation, SamplingParams, load_policy
 from graft_env.policies.forward import response_logprobs
 from graft_env.policies.vllm_policy import VLLMPolicy, pack_weights, unpack_weights
+from graft_env.types import TrainBatch, TrainSequence
 
 TOLERANCE = 1e-4  # fp32: vLLM's paged-attention forward vs the transformers training forward
 PROBLEMS = ["Compute 12 + 35.", "Compute 7 * 8.", "Compute 12 + 35."]  # one prompt twice

@@ -16,16 +16,14 @@ import subprocess
 from collections.abc import Iterable
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from graft_env.eval.results import BenchmarkResult, EvalResult, Sample
 from graft_env.policies.base import FINISH_REASONS
 from graft_env.rewards import STATUSES
 
-if TYPE_CHECKING:
-    from benchmarks.evaluate import BenchmarkResult, EvalResult, Sample
-
 PACKAGES = ("torch", "transformers", "math-verify", "numpy", "graft-rlvr")
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def _git(*args: str) -> str | None:

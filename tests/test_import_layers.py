@@ -1,0 +1,105 @@
+"""Imports run one way, graft_env <- algorithms <- benchmarks, and no modules import each
+other in a circle. Every import statement counts: at module level, inside functions (lazy)
+and under TYPE_CHECKING, as each is a dependency a reader must follow."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+LAYERS = ("graft_env", "algorithms", "benchmarks")  # each may import only itself and those before
+
+
+def modules(root: Path) -> dict[str, Path]:
+    """Dotted name -> file of every module of the layered packages under `root`."""
+    found = {}
+    for package in LAYERS:
+        for path in sorted((root / package).rglob("*.py")):
+            parts = path.relative_to(root).with_suffix("").parts
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def imported(name: str, path: Path) -> Iterator[str]:
+    """Every project module name `path` (module `name`) imports, by any import statement."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            yield base
+            yield from (f"{base}.{alias.name}" for alias in node.names)
+
+
+def edges(found: Mapping[str, Path]) -> dict[str, set[str]]:
+    """Module -> the project modules it imports (a name resolves to its longest module)."""
+    graph: dict[str, set[str]] = {}
+    for name, path in found.items():
+        targets = set()
+        for target in imported(name, path):
+            while target and target not in found:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                targets.add(target)
+        graph[name] = targets
+    return graph
+
+
+def upward(graph: Mapping[str, set[str]]) -> list[str]:
+    """`a -> b` for every import of a later layer's module."""
+    rank = {package: index for index, package in enumerate(LAYERS)}
+    return sorted(
+        f"{a} -> {b}"
+        for a, targets in graph.items()
+        for b in targets
+        if rank[b.split(".")[0]] > rank[a.split(".")[0]]
+    )
+
+
+def circles(graph: Mapping[str, set[str]]) -> list[list[str]]:
+    """Groups of modules that import each other (strongly connected, more than one module),
+    leaving out a package's imports of its own submodules and theirs of it."""
+
+    def related(a: str, b: str) -> bool:
+        return a.startswith(b + ".") or b.startswith(a + ".")
+
+    reach = {a: {b for b in targets if not related(a, b)} for a, targets in graph.items()}
+    for _ in range(len(reach)):  # transitive closure: few hundred modules, cheap enough
+        grown = {a: set().union(bs, *(reach[b] for b in bs)) for a, bs in reach.items()}
+        if grown == reach:
+            break
+        reach = grown
+    groups = {frozenset({a} | {b for b in reach[a] if a in reach[b]}) for a in reach}
+    return sorted(sorted(group) for group in groups if len(group) > 1)
+
+
+def test_no_module_imports_a_later_layer_or_takes_part_in_a_circle():
+    graph = edges(modules(REPO))
+    assert len(graph) > 100  # the packages were found
+    assert upward(graph) == []
+    assert circles(graph) == []
+
+
+def test_the_checks_find_an_upward_import_and_a_circle(tmp_path):
+    files = {
+        "graft_env/__init__.py": "",
+        "graft_env/low.py": "def f():\n    from benchmarks import top\n",
+        "algorithms/__init__.py": "",
+        "algorithms/a.py": "from algorithms.b import x\n",
+        "algorithms/b.py": "import typing\nif typing.TYPE_CHECKING:\n    from . import a\n",
+        "benchmarks/__init__.py": "",
+        "benchmarks/top.py": "import graft_env.low\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    graph = edges(modules(tmp_path))
+    # `from benchmarks import top` imports the package and its module: both point up
+    assert upward(graph) == ["graft_env.low -> benchmarks", "graft_env.low -> benchmarks.top"]
+    assert circles(graph) == [["algorithms.a", "algorithms.b"], ["benchmarks.top", "graft_env.low"]]
