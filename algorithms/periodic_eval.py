@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from algorithms.config_schema import Count, Positive
+from algorithms.config_schema import Count
+from algorithms.eval_spec import EvalSettings
 from graft_env.data import Problem, load
 from graft_env.data.procedural import SKILLS
 
@@ -27,23 +28,13 @@ if TYPE_CHECKING:  # the policies pull in torch, which `graft train --help` must
 
 
 @dataclass(frozen=True)
-class EvalSpec:
-    """What to evaluate during training (absent or `every: 0`: no evaluation)."""
+class EvalSpec(EvalSettings):
+    """What to evaluate during training (absent or `every: 0`: no evaluation), sampled as
+    `EvalSettings` says."""
 
-    every: Count = 0
-    datasets: tuple[str, ...] = ()
-    k: Positive = 8
-    limit: int | None = None
-    temperature: float = 0.6
-    top_p: float = 0.95
-    max_new_tokens: Positive = 512
-    seed: int = 0
-    procedural: Mapping[str, Any] = field(
-        default_factory=dict,
-        metadata={"help": "options of procedural/<skill> sets, e.g. {difficulty: 1}"},
-    )
-    distinct: bool = field(
-        default=False, metadata={"help": "drop repeated problem texts within each set"}
+    every: Count = field(default=0, metadata={"help": "steps between evaluations (0: none)"})
+    datasets: tuple[str, ...] = field(
+        default=(), metadata={"help": "dataset names, or procedural/<skill> (its test split)"}
     )
     metric: str = field(
         default="average/pass@1", metadata={"help": "summary key that picks the best checkpoint"}

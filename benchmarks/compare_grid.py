@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, ConfigDict, Field, Strict
+from pydantic import BeforeValidator, ConfigDict, Field
 
 import algorithms
 from algorithms.config_schema import (
@@ -40,14 +40,15 @@ from algorithms.config_schema import (
     Count,
     Flag,
     Positive,
-    Share,
     Text,
     apply_override,
     read_yaml_mapping,
     validate_as,
 )
+from algorithms.eval_spec import EvalSettings
 from graft_env.data import available as available_datasets
 from graft_env.data.procedural import SKILLS
+from graft_env.eval.protocol import PROTOCOL
 
 
 class GridError(ValueError):
@@ -62,7 +63,6 @@ def _models_only(value: Any) -> Any:
 # The grid file's schema: types, ranges and help once, on the fields (checked by pydantic,
 # printed by `graft config show --grid`); what types cannot say is checked in grid_from_dict.
 NonEmpty = Field(min_length=1)
-Temperature = Annotated[float, Strict(), Field(gt=0, le=100)]
 
 
 @dataclass(frozen=True)
@@ -153,29 +153,18 @@ class PairSpec:
         return "+".join(self.agents)
 
 
-@dataclass(frozen=True)
-class EvalPlan:
-    """The final evaluation (GRAFT-SPEC §10 protocol, smaller on CPU) of every updated model."""
+@dataclass(frozen=True, kw_only=True)
+class EvalPlan(EvalSettings):
+    """The final evaluation (GRAFT-SPEC §10 protocol, smaller on CPU) of every updated model,
+    sampled as `EvalSettings` says."""
 
     sets: Annotated[tuple[Text, ...], NonEmpty] = field(
         metadata={"help": "dataset names, or procedural/<skill> (its test split)"}
     )
-    procedural: Mapping[str, Any] = field(
-        default_factory=dict, metadata={"help": "ProceduralOptions: difficulty, seed"}
+    repeats: Positive = field(default=PROTOCOL.repeats, metadata={"help": "whole-protocol repeats"})
+    batch_size: Positive = field(
+        default=PROTOCOL.batch_size, metadata={"help": "problems per generate call"}
     )
-    limit: Positive | None = field(
-        default=None, metadata={"help": "first N problems per set (null: all)"}
-    )
-    distinct: bool = field(
-        default=False, metadata={"help": "drop repeated problem texts among those N"}
-    )
-    k: Positive = field(default=8, metadata={"help": "samples per problem"})
-    temperature: Temperature = 0.6
-    top_p: Share = 0.95
-    max_new_tokens: Positive = 512
-    repeats: Positive = field(default=1, metadata={"help": "whole-protocol repeats"})
-    seed: Count = 0
-    batch_size: Positive = field(default=32, metadata={"help": "problems per generate call"})
     checkpoint: Literal["best", "final"] = field(
         default="final", metadata={"help": "'best' needs periodic_eval (it picks the best)"}
     )

@@ -16,7 +16,10 @@ import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from algorithms import eval_spec
+from graft_env.eval.protocol import PROTOCOL
 
 if TYPE_CHECKING:  # the harness imports torch: only `run` needs it, not `graft eval --help`
     from graft_env.eval.evaluate import EvalResult
@@ -50,28 +53,26 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "default 100), value parsed as YAML, e.g. --procedural difficulty=1: the tiny "
         "pair's level",
     )
-    parser.add_argument("--k", type=at_least(1), default=8, help="samples per problem (default: 8)")
-    parser.add_argument("--temperature", type=float, default=0.6, help="default: 0.6")
-    parser.add_argument("--top-p", type=float, default=0.95, help="default: 0.95")
+    for name, kind in (("k", at_least(1)), ("temperature", float), ("top_p", float)):
+        option(parser, name, kind)
+    option(parser, "max_new_tokens", at_least(1), "; a prompt that leaves none is skipped, counted")
     parser.add_argument(
-        "--max-new-tokens",
+        "--repeats",
         type=at_least(1),
-        default=4096,
-        help="default: 4096, or what the model's positions leave after a prompt when less "
-        "(a prompt that leaves none is skipped and counted)",
+        default=PROTOCOL.repeats,
+        help=f"whole-protocol repeats (default: {PROTOCOL.repeats})",
     )
-    parser.add_argument("--repeats", type=at_least(1), default=1, help="whole-protocol repeats")
     parser.add_argument(
-        "--limit", type=at_least(1), default=None, help="first N problems of each set"
+        "--limit", type=at_least(1), default=None, help="first N problems per set (default: all)"
     )
-    parser.add_argument("--seed", type=at_least(0), default=0, help="seed of the first repeat")
+    option(parser, "seed", at_least(0), " of the first repeat")
     parser.add_argument("--data-dir", default=None, help="default: $GRAFT_DATA_DIR")
     parser.add_argument("--out", default=None, help="default: runs/eval/<model name>")
     parser.add_argument(
         "--batch-size",
         type=at_least(1),
-        default=32,
-        help="problems per generate call (default: 32)",
+        default=PROTOCOL.batch_size,
+        help=f"problems per generate call (default: {PROTOCOL.batch_size})",
     )
     parser.add_argument(
         "--option",
@@ -83,6 +84,20 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "e.g. --option device=cuda --option dtype=bfloat16",
     )
     parser.set_defaults(func=run)
+
+
+def option(
+    parser: argparse.ArgumentParser, name: str, kind: Callable[[str], Any], more: str = ""
+) -> None:
+    """`--name` with the default and help of `EvalSettings` field `name` (the protocol's,
+    shared with run configs' and grids' `eval:` sections)."""
+    value = eval_spec.default(name)
+    parser.add_argument(
+        f"--{name.replace('_', '-')}",
+        type=kind,
+        default=value,
+        help=f"{eval_spec.help_of(name)}{more} (default: {value})",
+    )
 
 
 def at_least(minimum: int) -> Callable[[str], int]:

@@ -38,6 +38,7 @@ import numpy as np
 
 from graft_env.data import Problem, load
 from graft_env.eval import report
+from graft_env.eval.protocol import PROTOCOL
 from graft_env.eval.results import BenchmarkResult, EvalResult, Sample
 from graft_env.policies.base import FINISH_REASONS, Generation, Policy, SamplingParams
 from graft_env.rewards import Verdict, default_pool, status_counts
@@ -58,15 +59,15 @@ def evaluate(
     policy: Policy,
     datasets: Sequence[str] | Mapping[str, list[Problem]],
     *,
-    k: int = 8,
-    temperature: float = 0.6,
-    top_p: float = 0.95,
-    max_new_tokens: int = 4096,
-    repeats: int = 1,
+    k: int = PROTOCOL.k,
+    temperature: float = PROTOCOL.temperature,
+    top_p: float = PROTOCOL.top_p,
+    max_new_tokens: int = PROTOCOL.max_new_tokens,
+    repeats: int = PROTOCOL.repeats,
     limit: int | None = None,
-    seed: int = 0,
+    seed: int = PROTOCOL.seed,
     data_dir: str | Path | None = None,
-    batch_size: int = 32,
+    batch_size: int = PROTOCOL.batch_size,
     verifier: Verifier | None = None,
     progress: bool = False,
     on_batch: Callable[[EvalResult], None] | None = None,

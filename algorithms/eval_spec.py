@@ -1,0 +1,54 @@
+"""What every evaluation setting of the project shares: how each problem is sampled and
+which problems are drawn (GRAFT-SPEC §10), with its defaults (`graft_env.eval.protocol`)
+and help in one place. `EvalSpec` (a run config's `eval:`, evaluation during training),
+the grid's `EvalPlan` (`graft compare`'s final evaluation) and `graft eval`'s options are
+built on it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+from pydantic import Field, Strict
+
+from algorithms.config_schema import Count, Flag, Positive, Share
+from graft_env.eval.protocol import PROTOCOL
+
+Temperature = Annotated[float, Strict(), Field(gt=0, le=100)]
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """Sampling and problem selection of an evaluation (GRAFT-SPEC §10)."""
+
+    k: Positive = field(default=PROTOCOL.k, metadata={"help": "samples per problem"})
+    temperature: Temperature = field(
+        default=PROTOCOL.temperature, metadata={"help": "sampling temperature"}
+    )
+    top_p: Share = field(default=PROTOCOL.top_p, metadata={"help": "nucleus sampling mass"})
+    max_new_tokens: Positive = field(
+        default=PROTOCOL.max_new_tokens,
+        metadata={"help": "response cap; less where the model's positions leave less"},
+    )
+    seed: Count = field(default=PROTOCOL.seed, metadata={"help": "sampling seed"})
+    limit: Positive | None = field(
+        default=None, metadata={"help": "first N problems per set (null: all)"}
+    )
+    distinct: Flag = field(
+        default=False, metadata={"help": "drop repeated problem texts among those N"}
+    )
+    procedural: Mapping[str, Any] = field(
+        default_factory=dict,
+        metadata={"help": "options of procedural/<skill> sets, e.g. {difficulty: 1}"},
+    )
+
+
+def default(name: str) -> Any:
+    """The default of EvalSettings field `name` (for command-line options)."""
+    return EvalSettings.__dataclass_fields__[name].default
+
+
+def help_of(name: str) -> str:
+    """The help text of EvalSettings field `name`."""
+    return EvalSettings.__dataclass_fields__[name].metadata["help"]
