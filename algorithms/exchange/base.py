@@ -62,6 +62,13 @@ class ExchangeStrategy:
         return True
 
     @property
+    def moves_groups(self) -> bool:
+        """Whether groups move between agents (then all agents must have answered the same
+        prompts); "none" moves nothing, so each agent may have its own batch (dynamic
+        sampling refills each agent's batch on its own)."""
+        return True
+
+    @property
     def units_by_prompt(self) -> bool:
         """Whether a prompt's own and transferred rows share one minibatch unit."""
         return True
@@ -74,7 +81,7 @@ class ExchangeStrategy:
         rng: np.random.Generator,
     ) -> ExchangeResult:
         """`select` on checked inputs; every receiver is a key of the transfers."""
-        check_exchange_inputs(rollouts, receivers, self.config.n)
+        check_exchange_inputs(rollouts, receivers, self.config.n, self.moves_groups)
         result = self.select(rollouts, receivers, scorer, rng)
         missing = [r for r in receivers if r not in result.transfers]
         if missing:
@@ -165,9 +172,13 @@ def filled_advantages(rollouts: AgentRollouts) -> np.ndarray:
 
 
 def check_exchange_inputs(
-    rollouts: Mapping[str, AgentRollouts], receivers: Sequence[str], n: int
+    rollouts: Mapping[str, AgentRollouts],
+    receivers: Sequence[str],
+    n: int,
+    same_prompts: bool = True,
 ) -> None:
-    """All agents answered the same prompts with `n` responses each; receivers are agents."""
+    """All agents answered `n` responses per prompt, the same prompts unless
+    `same_prompts` is False; receivers are agents."""
     if not rollouts:
         raise ValueError("rollouts is empty: the exchange needs at least one agent")
     missing = [r for r in receivers if r not in rollouts]
@@ -179,7 +190,7 @@ def check_exchange_inputs(
             raise ValueError(f"rollouts[{name!r}] holds agent {agent.agent!r}")
         if agent.n != n:
             raise ValueError(f"agent {name!r} has groups of {agent.n}, the config says n={n}")
-        if agent.prompt_ids != first.prompt_ids:
+        if same_prompts and agent.prompt_ids != first.prompt_ids:
             raise ValueError(
                 f"agents {first.agent!r} and {name!r} answered different prompt batches; "
                 "an exchange needs the same prompts in the same order"

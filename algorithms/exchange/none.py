@@ -15,6 +15,10 @@ from graft_env.types import AgentRollouts, Scorer
 class NoExchange(ExchangeStrategy):
     """GRPO and its variants: independent learners that share nothing."""
 
+    @property
+    def moves_groups(self) -> bool:
+        return False
+
     def select(
         self,
         rollouts: Mapping[str, AgentRollouts],

@@ -173,3 +173,16 @@ def test_the_loop_starts_every_agents_sampling_and_update_before_it_waits_for_an
         ("wait", "update tiny-a"), ("wait", "update tiny-b"),
     ]  # fmt: skip
     assert set(record.update_metrics) == {"tiny-a", "tiny-b"}
+
+
+def test_dynamic_sampling_trains_two_agents_side_by_side_each_on_its_own_refills(
+    tmp_path, fresh_policies
+):
+    """GRPO's agents share nothing, so dynamic sampling refills each agent's batch on its
+    own: their batches differ, which only an exchange that moves groups must refuse."""
+    config = small_config(tmp_path / "run", "grpo-dynamic", steps=2)
+    rows = Trainer(config, policies=fresh_policies("tiny-a", "tiny-b")).train()
+    assert sorted((row["step"], row["agent"]) for row in rows) == [
+        (0, "tiny-a"), (0, "tiny-b"), (1, "tiny-a"), (1, "tiny-b"),
+    ]  # fmt: skip
+    assert all(row["rollouts_generated"] % (6 * 4) == 0 for row in rows)
