@@ -46,6 +46,10 @@ verifier_throughput  items/s of the reward on MATH500 answers: the in-process ve
 vllm_throughput      generation tokens/s of the vLLM rollout backend against the
                      transformers one on the same policy (needs vLLM: .ci/vllm)
                      -> no README row
+weight_sync          seconds of the vLLM backend's weight sync after a full update
+                     against one memory copy of the same weights, alternating rounds
+                     (needs vLLM: .ci/vllm)
+                     -> README "Measured on this machine", row "VLLMPolicy.sync_weights()"
 
 Helpers (no main):
 

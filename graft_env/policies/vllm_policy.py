@@ -8,7 +8,18 @@ copied into the engine in memory: `LLM.collective_rpc` calls a method that
 `load_weights` (it maps the Hugging Face names onto fused qkv / gate-up
 parameters, as TRL's weight sync relies on) and reports any parameter left unset;
 then the prefix cache is reset so no KV block computed with the old weights is
-reused. The tensors travel as raw buffers over vLLM's engine-core socket — no disk.
+reused.
+
+The tensors do not cross the RPC: `WeightStager` keeps one staging buffer the engine
+maps once — a shared-memory file on CPU, device memory shared by a CUDA IPC handle on
+GPU (as verl's `update_weights_from_ipc_handles` does) — copies the changed tensors
+into it, cast to the engine's dtype, and the RPC carries only each tensor's name,
+dtype, shape and offset; the worker loads views of the buffer. A decoder block is sent
+whole if any of its tensors changed (`sync_group`), and tied duplicates once. One
+optimizer step changes every trained parameter, so in practice this skips frozen
+blocks and tied copies (lm_head of SmolLM2), not half the model. On CPU the load cannot
+be a plain in-place copy: vLLM repacks every linear weight for oneDNN and frees the
+original, so each sent layer is reloaded and repacked (`graft_load_weights`).
 
 The engine core always runs in its own process (`VLLM_ENABLE_V1_MULTIPROCESSING=1`).
 In-process it would patch classes this process trains with: for architectures it
@@ -31,8 +42,10 @@ request is seeded from `SamplingParams.seed` and the prompt's index.
 from __future__ import annotations
 
 import os
+import pickle
+import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,30 +71,127 @@ def _request_seed(seed: int, prompt_index: int) -> int:
     return int(np.random.SeedSequence([seed, prompt_index]).generate_state(1)[0])
 
 
-PackedTensor = tuple[str, str, list[int], bytes]
-"""(name, torch dtype name, shape, raw bytes): what crosses vLLM's RPC intact (a tensor
-argument of `collective_rpc` arrives as an untyped list)."""
+WeightSlot = tuple[str, str, list[int], int]
+"""(name, torch dtype name, shape, byte offset in the staging buffer): what the RPC
+carries per tensor."""
+
+BufferHandle = tuple
+"""How the engine opens the staging buffer: ("file", path, bytes) on CPU, ("cuda",
+pickled `reduce_tensor` IPC handle) on GPU."""
+
+_ALIGN = 64  # slot offsets: any dtype view of the buffer starts aligned
 
 
-def pack_weights(
-    state_dict: dict[str, torch.Tensor], dtype: torch.dtype | None = None
-) -> list[PackedTensor]:
-    """A state dict as plain (name, dtype, shape, bytes) rows, copied to CPU one tensor at
-    a time; floating tensors cast to `dtype` first when given (the engine's dtype)."""
-    rows = []
-    for name, tensor in state_dict.items():
-        if dtype is not None and tensor.is_floating_point():
-            tensor = tensor.detach().to(dtype)
-        data = tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
-        rows.append((name, str(tensor.dtype).removeprefix("torch."), list(tensor.shape), data))
-    return rows
+def sync_group(name: str) -> str:
+    """The unit a sync sends whole: the name up to its first numeric part (a decoder
+    block, ``model.layers.3``), else its module (``model.norm``). vLLM fuses q/k/v and
+    gate/up within a block, and its layerwise reload leaves a layer that receives only
+    some of its tensors uninitialised, so a block travels whole or not at all."""
+    parts = name.split(".")
+    for index, part in enumerate(parts):
+        if part.isdigit():
+            return ".".join(parts[: index + 1])
+    return ".".join(parts[:-1]) or name
 
 
-def unpack_weights(packed: Sequence[PackedTensor]) -> Iterator[tuple[str, torch.Tensor]]:
-    """The tensors of `pack_weights`, rebuilt (one writable copy each)."""
-    for name, dtype, shape, data in packed:
-        flat = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-        yield name, flat.view(getattr(torch, dtype)).reshape(shape)
+def tensor_version(tensor: torch.Tensor) -> tuple[int, int]:
+    """Changes when the tensor is replaced or written in place (optimizer steps,
+    `load_state_dict`): its address and torch's version counter, which a state dict's
+    detached tensors share with the parameters. Writes through ``.data`` escape it."""
+    return tensor.data_ptr(), tensor._version
+
+
+def _shared_buffer(nbytes: int, device: torch.device) -> tuple[torch.Tensor, BufferHandle]:
+    """A byte buffer on `device` another process can open from the returned handle."""
+    if device.type == "cuda":
+        from torch.multiprocessing.reductions import reduce_tensor
+
+        buffer = torch.empty(nbytes, dtype=torch.uint8, device=device)
+        return buffer, ("cuda", pickle.dumps(reduce_tensor(buffer)))
+    directory = "/dev/shm" if os.path.isdir("/dev/shm") else None  # memory, not disk
+    fd, path = tempfile.mkstemp(prefix="graft-weights-", dir=directory)
+    os.close(fd)
+    return torch.from_file(path, shared=True, size=nbytes, dtype=torch.uint8), (
+        "file",
+        path,
+        nbytes,
+    )
+
+
+def open_shared_buffer(handle: BufferHandle) -> torch.Tensor:
+    """The buffer of `_shared_buffer`, opened in another process."""
+    if handle[0] == "cuda":
+        rebuild, args = pickle.loads(handle[1])
+        return rebuild(*args)
+    _, path, nbytes = handle
+    return torch.from_file(path, shared=True, size=nbytes, dtype=torch.uint8)
+
+
+def slot_view(buffer: torch.Tensor, slot: WeightSlot) -> torch.Tensor:
+    """The tensor `slot` describes, as a view of `buffer`."""
+    _, dtype, shape, offset = slot
+    torch_dtype = getattr(torch, dtype)
+    numel = int(np.prod(shape, dtype=np.int64))
+    return buffer[offset : offset + numel * torch_dtype.itemsize].view(torch_dtype).view(shape)
+
+
+class WeightStager:
+    """The trainer's side of the weight sync: a staging buffer laid out once for a
+    state dict, refilled with the tensors that changed since the last `stage`."""
+
+    def __init__(
+        self,
+        state_dict: dict[str, torch.Tensor],
+        dtype: torch.dtype | None = None,
+        device: torch.device | None = None,
+    ) -> None:
+        """Lay out `state_dict` (floating tensors cast to `dtype` when given; tied
+        tensors once, under their first name) in a new shared buffer on `device`."""
+        self.slots: dict[str, WeightSlot] = {}
+        self.layout = _layout(state_dict)
+        seen: set[tuple] = set()
+        offset = 0
+        for name, tensor in state_dict.items():
+            identity = (tensor.data_ptr(), tensor.dtype, tuple(tensor.shape))
+            if identity in seen:
+                continue
+            seen.add(identity)
+            out = dtype if dtype is not None and tensor.is_floating_point() else tensor.dtype
+            dtype_name = str(out).removeprefix("torch.")
+            self.slots[name] = (name, dtype_name, list(tensor.shape), offset)
+            offset += -(-tensor.numel() * out.itemsize // _ALIGN) * _ALIGN
+        self.buffer, self.handle = _shared_buffer(max(offset, 1), device or torch.device("cpu"))
+        self.versions: dict[str, tuple[int, int]] = {}
+
+    def fits(self, state_dict: dict[str, torch.Tensor]) -> bool:
+        """Whether `state_dict` has the names, shapes and dtypes this buffer was laid out for."""
+        return _layout(state_dict) == self.layout
+
+    def stage(self, state_dict: dict[str, torch.Tensor]) -> tuple[list[WeightSlot], int]:
+        """Copy every group (`sync_group`) with a changed tensor into the buffer; return
+        the slots copied and how many state-dict tensors were skipped (unchanged or tied)."""
+        changed = {
+            sync_group(name)
+            for name in self.slots
+            if tensor_version(state_dict[name]) != self.versions.get(name)
+        }
+        sent = []
+        with torch.no_grad():
+            for name, slot in self.slots.items():
+                if sync_group(name) in changed:
+                    slot_view(self.buffer, slot).copy_(state_dict[name])
+                    self.versions[name] = tensor_version(state_dict[name])
+                    sent.append(slot)
+        return sent, len(state_dict) - len(sent)
+
+    def unlink(self) -> None:
+        """Remove the buffer's file name (CPU); processes that opened it keep the memory."""
+        if self.handle[0] == "file":
+            Path(self.handle[1]).unlink(missing_ok=True)
+
+
+def _layout(state_dict: dict[str, torch.Tensor]) -> list[tuple[str, torch.dtype, tuple]]:
+    return [(name, t.dtype, tuple(t.shape)) for name, t in state_dict.items()]
 
 
 class WeightSyncExtension:
@@ -90,8 +200,9 @@ class WeightSyncExtension:
     Called through `LLM.collective_rpc(name, args=...)`; `self` is the vLLM worker.
     """
 
-    def graft_load_weights(self, packed: Sequence[PackedTensor]) -> list[str]:
-        """Reload packed Hugging Face-named tensors in place; return parameters left unset.
+    def graft_load_weights(self, handle: BufferHandle, slots: Sequence[WeightSlot]) -> list[str]:
+        """Reload the tensors `slots` point at in the staging buffer; return the engine
+        parameters no sync has set yet (each sync sends only what changed).
 
         The steps of vLLM's `reload_weights` (checkpoint format), kept here to learn
         which parameters were loaded: its layerwise reload re-runs each layer's
@@ -104,13 +215,18 @@ class WeightSyncExtension:
             initialize_layerwise_reload,
         )
 
+        if getattr(self, "graft_handle", None) != handle:  # opened once per buffer
+            self.graft_buffer = open_shared_buffer(handle)
+            self.graft_handle = handle
         model = self.get_model()
         expected = {name for name, _ in model.named_parameters()}
+        tensors = ((slot[0], slot_view(self.graft_buffer, slot)) for slot in slots)
         with set_current_vllm_config(self.vllm_config):
             initialize_layerwise_reload(model)
-            loaded = model.load_weights(unpack_weights(packed))
+            loaded = model.load_weights(tensors)
             finalize_layerwise_reload(model, self.vllm_config.model_config)
-        return sorted(expected - set(loaded))
+        self.graft_loaded = getattr(self, "graft_loaded", set()) | set(loaded)
+        return sorted(expected - self.graft_loaded)
 
     def graft_scale_logits(self, factor: float) -> int:
         """Multiply the model's logits by `factor`; return how many layers did it."""
@@ -136,6 +252,7 @@ class VLLMPolicy(HFPolicy):
         super().__init__(model_path, name=name, options=options)
         self.engine_options = engine_options or VLLMEngineOptions()
         self.engine = self._build_engine()
+        self.stager: WeightStager | None = None  # laid out by the first sync
 
     def _build_engine(self) -> Any:
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"  # see the module docstring
@@ -170,20 +287,32 @@ class VLLMPolicy(HFPolicy):
             )
         return llm
 
-    def sync_weights(self) -> None:
-        """Copy the trainer's current parameters into the engine (in memory), cast to
-        the engine's dtype (bfloat16 under mixed precision: half the bytes to send)."""
-        packed = pack_weights(self.model.state_dict(), DTYPES[self.compute_dtype])
-        for untouched in self.engine.collective_rpc("graft_load_weights", args=(packed,)):
-            if untouched:
-                raise RuntimeError(
-                    f"{self.name}: weight sync left engine parameters {untouched} unset; "
-                    "the engine's model does not match the trained one"
-                )
-        self.engine.reset_prefix_cache()
+    def sync_weights(self) -> tuple[int, int]:
+        """Copy the trainer's changed parameters into the engine (through the staging
+        buffer), cast to the engine's dtype (bfloat16 under mixed precision); return
+        (tensors sent, tensors skipped as unchanged or tied)."""
+        state = self.model.state_dict()
+        if self.stager is None or not self.stager.fits(state):
+            self.stager = WeightStager(state, DTYPES[self.compute_dtype], self.device)
+        slots, skipped = self.stager.stage(state)
+        if slots:
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)  # the engine reads the buffer next
+            rpc = self.engine.collective_rpc("graft_load_weights", args=(self.stager.handle, slots))
+            self.stager.unlink()  # the engine has it open
+            for untouched in rpc:
+                if untouched:
+                    raise RuntimeError(
+                        f"{self.name}: weight sync left engine parameters {untouched} unset; "
+                        "the engine's model does not match the trained one"
+                    )
+            self.engine.reset_prefix_cache()
+        return len(slots), skipped
 
     def close(self) -> None:
         """Stop the engine process now (it also stops when the policy is collected)."""
+        if self.stager is not None:
+            self.stager.unlink()
         self.engine.llm_engine.engine_core.shutdown()
 
     def generate(

@@ -27,6 +27,7 @@ from benchmarks.perf import (
     verifier_throughput,
     vllm_throughput,
     vs_trl,
+    weight_sync,
 )
 from benchmarks.perf.trl_sides import RunResult
 from benchmarks.perf.trl_workload import write_model
@@ -48,6 +49,7 @@ SMOKED = {
     "verifier_throughput",
     "vllm_throughput",
     "vs_trl",
+    "weight_sync",
 }
 # Entry points run through their main in their own test files (test_compare_run.py,
 # test_eval_reports.py, test_study_report.py, test_compare_library.py; cli: everywhere).
@@ -222,6 +224,21 @@ def test_vllm_throughput(tmp_path):
         argv(f"--prompts 1 --n 2 --max-new-tokens 4 --repeats 1 {ONE_THREAD}", json=out)
     )
     assert json.loads(out.read_text())[0]["vllm_tokens_per_s"] > 0
+
+
+def test_weight_sync_parses_its_options(capsys):
+    """Without vLLM only the option parsing runs (the sync needs the engine)."""
+    with pytest.raises(SystemExit) as exit_info:
+        weight_sync.main(["--help"])
+    assert exit_info.value.code == 0 and "--rounds" in capsys.readouterr().out
+
+
+def test_weight_sync(tmp_path):
+    pytest.importorskip("vllm")
+    out = tmp_path / "sync.json"
+    weight_sync.main(argv("--rounds 1", json=out))
+    [row] = json.loads(out.read_text())
+    assert row["tensors_sent"] > 0 and row["sync_s"]["median"] > 0
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,13 @@ import algorithms
 from algorithms.loop import Trainer, make_policies
 from graft_env.policies import Generation, SamplingParams, load_policy
 from graft_env.policies.forward import response_logprobs
-from graft_env.policies.vllm_policy import VLLMPolicy, pack_weights, unpack_weights
+from graft_env.policies.vllm_policy import (
+    VLLMPolicy,
+    WeightStager,
+    open_shared_buffer,
+    slot_view,
+    sync_group,
+)
 from graft_env.types import TrainBatch, TrainSequence
 
 TOLERANCE = 1e-4  # fp32: vLLM's paged-attention forward vs the transformers training forward
@@ -141,6 +147,7 @@ def test_update_loads_the_new_weights_into_the_engine(tiny_a):
     batch = _train_batch(tiny_a, prompts, tiny_a.generate(prompts, 4, sampling))
     metrics = tiny_a.update(batch, algorithms.make("grpo").loss)
     assert metrics["time/weight_sync"] > 0
+    assert tiny_a.sync_weights() == (0, len(tiny_a.model.state_dict()))  # nothing changed since
     groups = tiny_a.generate(prompts, 4, sampling)
     assert _differences(tiny_a, prompts, groups).max() < TOLERANCE  # follows the new weights
     pairs = _flatten(prompts, groups)
@@ -221,11 +228,71 @@ def test_missing_vllm_names_the_extra_to_install(model_dirs, monkeypatch):
         load_policy(model_dirs["llama"], rollout_backend="vllm")
 
 
-def test_weight_sync_packs_floats_in_the_engine_dtype_and_leaves_integers():
+def _engine_view(stager: WeightStager) -> dict[str, torch.Tensor]:
+    """What the engine reads: the staging buffer opened from its handle, sliced by slot."""
+    buffer = open_shared_buffer(stager.handle)
+    return {name: slot_view(buffer, slot).clone() for name, slot in stager.slots.items()}
+
+
+def test_staging_casts_floats_to_the_engine_dtype_and_leaves_integers():
     """Under mixed precision the float32 master weights travel as the engine's bfloat16."""
     state = {"w": torch.randn(3, 4), "ids": torch.arange(5)}
-    unpacked = dict(unpack_weights(pack_weights(state, torch.bfloat16)))
-    assert unpacked["w"].dtype == torch.bfloat16 and unpacked["ids"].dtype == torch.int64
-    assert torch.equal(unpacked["w"], state["w"].to(torch.bfloat16))
-    assert torch.equal(unpacked["ids"], state["ids"])
-    assert dict(unpack_weights(pack_weights(state)))["w"].dtype == torch.float32
+    stager = WeightStager(state, torch.bfloat16)
+    try:
+        stager.stage(state)
+        seen = _engine_view(stager)
+        assert seen["w"].dtype == torch.bfloat16 and seen["ids"].dtype == torch.int64
+        assert torch.equal(seen["w"], state["w"].to(torch.bfloat16))
+        assert torch.equal(seen["ids"], state["ids"])
+    finally:
+        stager.unlink()
+
+
+def test_staging_sends_only_changed_blocks_whole_and_tied_tensors_once():
+    layer = torch.nn.Linear(4, 4)
+    model = torch.nn.ModuleDict(
+        {
+            "embed": torch.nn.Embedding(6, 4),
+            "layers": torch.nn.ModuleList([layer, copy.deepcopy(layer)]),
+        }
+    )
+    model["head"] = torch.nn.Linear(4, 6, bias=False)
+    model["head"].weight = model["embed"].weight  # tied, as SmolLM2's lm_head
+    state = model.state_dict()
+    stager = WeightStager(state)
+    try:
+        sent, skipped = stager.stage(state)
+        assert [slot[0] for slot in sent] == [
+            "embed.weight",
+            "layers.0.weight",
+            "layers.0.bias",
+            "layers.1.weight",
+            "layers.1.bias",
+        ]
+        assert skipped == 1  # head.weight is embed.weight
+        assert stager.stage(model.state_dict()) == ([], 6)  # nothing changed
+        with torch.no_grad():
+            model["layers"][1].bias.add_(1.0)  # in place, as an optimizer step writes
+        sent, skipped = stager.stage(model.state_dict())
+        assert [slot[0] for slot in sent] == ["layers.1.weight", "layers.1.bias"]  # the block
+        assert skipped == 4
+        assert torch.equal(_engine_view(stager)["layers.1.bias"], model["layers"][1].bias)
+        model.load_state_dict(state | {"embed.weight": torch.zeros(6, 4)})  # copies in place
+        assert "embed.weight" in [slot[0] for slot in stager.stage(model.state_dict())[0]]
+        assert not stager.fits({"embed.weight": torch.zeros(7, 4)})
+    finally:
+        stager.unlink()
+
+
+@pytest.mark.parametrize(
+    ("name", "group"),
+    [
+        ("model.layers.3.self_attn.q_proj.weight", "model.layers.3"),
+        ("gpt_neox.layers.12.mlp.dense_h_to_4h.bias", "gpt_neox.layers.12"),
+        ("model.norm.weight", "model.norm"),
+        ("lm_head.weight", "lm_head"),
+        ("scale", "scale"),
+    ],
+)
+def test_a_sync_group_is_the_block_or_else_the_module(name, group):
+    assert sync_group(name) == group
