@@ -41,6 +41,7 @@ request is seeded from `SamplingParams.seed` and the prompt's index.
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import tempfile
@@ -221,10 +222,18 @@ class WeightSyncExtension:
         model = self.get_model()
         expected = {name for name, _ in model.named_parameters()}
         tensors = ((slot[0], slot_view(self.graft_buffer, slot)) for slot in slots)
-        with set_current_vllm_config(self.vllm_config):
-            initialize_layerwise_reload(model)
-            loaded = model.load_weights(tensors)
-            finalize_layerwise_reload(model, self.vllm_config.model_config)
+        # It warns "Failed to load weights" for every layer not sent, which is every
+        # unchanged one here; a parameter never set is reported below instead.
+        reload_log = logging.getLogger("vllm.model_executor.model_loader.reload.layerwise")
+        level = reload_log.level
+        reload_log.setLevel(logging.ERROR)
+        try:
+            with set_current_vllm_config(self.vllm_config):
+                initialize_layerwise_reload(model)
+                loaded = model.load_weights(tensors)
+                finalize_layerwise_reload(model, self.vllm_config.model_config)
+        finally:
+            reload_log.setLevel(level)
         self.graft_loaded = getattr(self, "graft_loaded", set()) | set(loaded)
         return sorted(expected - self.graft_loaded)
 

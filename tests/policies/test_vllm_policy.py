@@ -130,6 +130,23 @@ def test_logprobs_use_the_policy_temperature_not_the_sampling_one(hot_tiny_b):
     _check_agreement(hot_tiny_b, sampling, "tiny-b, policy T=2, sampling T=0.7 top-p 0.9")
 
 
+@pytest.mark.vllm
+def test_a_sync_sends_only_the_changed_block_and_the_engine_follows(hot_tiny_b):
+    """vLLM reloads (and on CPU repacks) only the layers sent; the others keep theirs."""
+    hot_tiny_b.sync_weights()  # the first sync sends everything
+    with torch.no_grad():
+        for parameter in hot_tiny_b.model.model.layers[1].parameters():
+            parameter.mul_(1.1)
+    prompts = [hot_tiny_b.format_prompt(p) for p in PROBLEMS]
+    sampling = SamplingParams(max_new_tokens=48, seed=3)
+    stale = hot_tiny_b.generate(prompts, 4, sampling)
+    assert _differences(hot_tiny_b, prompts, stale).max() > 10 * TOLERANCE  # the block matters
+    state = hot_tiny_b.model.state_dict()
+    block = [name for name in state if name.startswith("model.layers.1.")]
+    assert hot_tiny_b.sync_weights() == (len(block), len(state) - len(block))
+    _check_agreement(hot_tiny_b, sampling, "tiny-b after a one-block sync")
+
+
 def _train_batch(policy: VLLMPolicy, prompts: list[str], groups) -> TrainBatch:
     sequences = [
         TrainSequence(p, g.token_ids, g.logprobs, advantage=1.0 if i % 2 else -1.0)
