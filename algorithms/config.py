@@ -143,15 +143,14 @@ class AlgorithmConfig:
     capability_ratio_max: float = _option(10.0, "HACPO: upper bound of capability ratios.")
 
     def validate(self) -> AlgorithmConfig:
-        """Raise ValueError naming the first bad field and what it accepts; return self."""
-        from algorithms.exchange import available_strategies
-
+        """Raise ValueError naming the first bad field and what it accepts; return self.
+        (`exchange` names a registered strategy: `registry.configure` checks that, as the
+        strategies import this module.)"""
         self._check_types()
         choices = {
             "adv_scale": ADVANTAGE_SCALES,
             "ratio": RATIO_MODES,
             "order": ORDER_MODES,
-            "exchange": tuple(available_strategies()),
             "selection": SELECTION_MODES,
             "compat_norm": LOGLIK_MODES,
             "admission": ADMISSION_MODES,

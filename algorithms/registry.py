@@ -60,7 +60,16 @@ def configure(name: str, **overrides: object) -> AlgorithmConfig:
         raise ValueError(
             f"unknown option(s) {unknown} for algorithm {name!r}; valid options: {valid}"
         )
-    return dataclasses.replace(base, **overrides).validate()
+    config = dataclasses.replace(base, **overrides).validate()
+    from algorithms.exchange import available_strategies  # importing registers the built-ins
+
+    strategies = available_strategies()
+    if config.exchange not in strategies:
+        raise ValueError(
+            f"AlgorithmConfig.exchange = {config.exchange!r} is invalid: it must be one of "
+            f"{strategies}"
+        )
+    return config
 
 
 def make(name: str, **overrides: object) -> Algorithm:

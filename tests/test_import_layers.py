@@ -1,6 +1,7 @@
 """Imports run one way, graft_env <- algorithms <- benchmarks, and no modules import each
-other in a circle. Every import statement counts: at module level, inside functions (lazy)
-and under TYPE_CHECKING, as each is a dependency a reader must follow."""
+other in a circle. Every import statement counts: at module level, inside functions (lazy),
+under TYPE_CHECKING, and `import_module` of a literal name, as each is a dependency a
+reader must follow."""
 
 from __future__ import annotations
 
@@ -35,6 +36,20 @@ def imported(name: str, path: Path) -> Iterator[str]:
                 base = ".".join([*anchor, *([base] if base else [])])
             yield base
             yield from (f"{base}.{alias.name}" for alias in node.names)
+        elif _imports_by_name(node):  # importlib.import_module("pkg.module")
+            yield node.args[0].value
+
+
+def _imports_by_name(node: ast.AST) -> bool:
+    """A call `import_module("...")` (or `importlib.import_module`) with a literal name."""
+    if not isinstance(node, ast.Call) or not node.args:
+        return False
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    first = node.args[0]
+    return (
+        name == "import_module" and isinstance(first, ast.Constant) and isinstance(first.value, str)
+    )
 
 
 def edges(found: Mapping[str, Path]) -> dict[str, set[str]]:
@@ -64,12 +79,14 @@ def upward(graph: Mapping[str, set[str]]) -> list[str]:
 
 def circles(graph: Mapping[str, set[str]]) -> list[list[str]]:
     """Groups of modules that import each other (strongly connected, more than one module),
-    leaving out a package's imports of its own submodules and theirs of it."""
+    leaving out a module's imports of its own enclosing packages (`from algorithms.exchange
+    import X` inside algorithms/exchange/gate.py: the package's __init__ runs first anyway);
+    a package's imports of its submodules stay, so a circle through an __init__ is found."""
 
-    def related(a: str, b: str) -> bool:
-        return a.startswith(b + ".") or b.startswith(a + ".")
+    def enclosing(a: str, b: str) -> bool:
+        return a.startswith(b + ".")
 
-    reach = {a: {b for b in targets if not related(a, b)} for a, targets in graph.items()}
+    reach = {a: {b for b in targets if not enclosing(a, b)} for a, targets in graph.items()}
     for _ in range(len(reach)):  # transitive closure: few hundred modules, cheap enough
         grown = {a: set().union(bs, *(reach[b] for b in bs)) for a, bs in reach.items()}
         if grown == reach:
@@ -90,16 +107,31 @@ def test_the_checks_find_an_upward_import_and_a_circle(tmp_path):
     files = {
         "graft_env/__init__.py": "",
         "graft_env/low.py": "def f():\n    from benchmarks import top\n",
+        "graft_env/lazy_up.py": "import importlib\nimportlib.import_module('algorithms.a')\n",
         "algorithms/__init__.py": "",
         "algorithms/a.py": "from algorithms.b import x\n",
         "algorithms/b.py": "import typing\nif typing.TYPE_CHECKING:\n    from . import a\n",
         "benchmarks/__init__.py": "",
         "benchmarks/top.py": "import graft_env.low\n",
+        # a circle through a package's __init__: x -> pkg -> pkg.sub -> x
+        "graft_env/x.py": "import graft_env.pkg\n",
+        "graft_env/pkg/__init__.py": "from graft_env.pkg import sub\n",
+        "graft_env/pkg/sub.py": "from graft_env import x\n",
+        # a submodule importing its own package is no circle
+        "graft_env/pkg/other.py": "from graft_env.pkg import sub\n",
     }
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
     graph = edges(modules(tmp_path))
     # `from benchmarks import top` imports the package and its module: both point up
-    assert upward(graph) == ["graft_env.low -> benchmarks", "graft_env.low -> benchmarks.top"]
-    assert circles(graph) == [["algorithms.a", "algorithms.b"], ["benchmarks.top", "graft_env.low"]]
+    assert upward(graph) == [
+        "graft_env.lazy_up -> algorithms.a",
+        "graft_env.low -> benchmarks",
+        "graft_env.low -> benchmarks.top",
+    ]
+    assert circles(graph) == [
+        ["algorithms.a", "algorithms.b"],
+        ["benchmarks.top", "graft_env.low"],
+        ["graft_env.pkg", "graft_env.pkg.sub", "graft_env.x"],
+    ]
