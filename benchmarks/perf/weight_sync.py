@@ -3,9 +3,11 @@
 One `VLLMPolicy` per model. Each round first writes every parameter in place (as an
 optimizer step does, so the sync sends everything but tied copies), then times
 `sync_weights` and, alternating with it so load spikes hit both alike, one memory copy
-of the trainer's state dict (`clone` of every tensor). The first sync, which lays out
-and maps the staging buffer, is not timed. Reports the median and range of each and
-of their ratio per round. Needs vLLM (see `.ci/vllm`); run it as
+of the trainer's state dict two ways: `clone` of every tensor (the reference of the
+target, allocation included) and `copy_` into tensors allocated once (bandwidth only, a
+lower bound). The first sync, which lays out and maps the staging buffer, is not timed.
+Reports the median and range of each and of the sync's ratio to each per round. Needs
+vLLM (see `.ci/vllm`); run it as
 
     python -m benchmarks.perf.weight_sync [--models tiny-a smollm2-135m] [--rounds 5]
         [--json FILE]
@@ -41,13 +43,15 @@ def measure(model: str, rounds: int) -> dict:
     try:
         state = policy.model.state_dict()
         policy.sync_weights()
-        syncs, copies, counts = [], [], set()
+        into = {name: torch.empty_like(tensor) for name, tensor in state.items()}
+        syncs, copies, copies_into, counts = [], [], [], set()
         for _ in range(rounds):
             with torch.no_grad():
                 for parameter in policy.model.parameters():
                     parameter.mul_(1.0 + 1e-6)  # a full update: every version counter moves
             syncs.append(_seconds(lambda: counts.add(policy.sync_weights())))
             copies.append(_seconds(lambda: {k: v.clone() for k, v in state.items()}))
+            copies_into.append(_seconds(lambda: [into[k].copy_(v) for k, v in state.items()]))
     finally:
         policy.close()
     [(sent, skipped)] = counts
@@ -58,7 +62,9 @@ def measure(model: str, rounds: int) -> dict:
         "tensors_skipped": skipped,
         "sync_s": _spread(syncs),
         "copy_s": _spread(copies),
+        "copy_into_s": _spread(copies_into),
         "sync_over_copy": _spread([s / c for s, c in zip(syncs, copies, strict=True)]),
+        "sync_over_copy_into": _spread([s / c for s, c in zip(syncs, copies_into, strict=True)]),
     }
 
 
@@ -74,13 +80,15 @@ def main(argv: list[str] | None = None) -> None:
         s = row[key]
         return f"{s['median']:.{digits}f} ({s['min']:.{digits}f}-{s['max']:.{digits}f})"
 
-    print(f"{'model':<24}{'MB':>8}{'sent/skip':>11}  {'sync s':<22}{'copy s':<22}sync / copy")
+    columns = ("sync s", "clone s", "copy_ s", "sync / clone", "sync / copy_")
+    print(f"{'model':<24}{'MB':>8}{'sent/skip':>11}  " + "".join(f"{c:<22}" for c in columns))
     for row in results:
         print(
             f"{row['model']:<24}{row['megabytes']:>8.1f}"
             f"{row['tensors_sent']:>6}/{row['tensors_skipped']:<4}  "
             f"{spread(row, 'sync_s', 3):<22}{spread(row, 'copy_s', 3):<22}"
-            f"{spread(row, 'sync_over_copy', 2)}"
+            f"{spread(row, 'copy_into_s', 3):<22}{spread(row, 'sync_over_copy', 2):<22}"
+            f"{spread(row, 'sync_over_copy_into', 2)}"
         )
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
