@@ -336,10 +336,23 @@ def _differences(theirs: Any, ours: Any, path: str) -> Iterator[str]:
         yield f"{path[:-1]}: {' -> '.join(shown)}"
 
 
+def without_inert_eval(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A `TrainConfig.to_dict()` form whose `eval` section is just `{every: 0}` when no
+    evaluation runs: its other settings then change nothing (and their defaults may move,
+    as the SPEC §10 token cap did, without making old runs unresumable or stale)."""
+    section = data.get("eval")
+    if isinstance(section, Mapping) and not section.get("every"):
+        return {**data, "eval": {"every": 0}}
+    return dict(data)
+
+
 def result_differences(theirs: Mapping[str, Any], ours: Mapping[str, Any]) -> list[str]:
     """`dotted.key: theirs -> ours` for each setting that changes results and differs
     between two `TrainConfig.to_dict()` forms (`(unset)`: that side lacks it)."""
-    a, b = ({k: v for k, v in d.items() if k not in RESUMABLE_CHANGES} for d in (theirs, ours))
+    a, b = (
+        {k: v for k, v in without_inert_eval(d).items() if k not in RESUMABLE_CHANGES}
+        for d in (theirs, ours)
+    )
     return list(_differences(a, b, ""))
 
 

@@ -9,10 +9,11 @@ and each training step's per-prompt success counts k, from which the report comp
 complementarity curve and the rollouts generated up to the evaluated checkpoint.
 
 Cells are claimed, not assigned: a process takes the first cell in plan order that is
-unfinished, not held by a live process, and whose stored-peer source is finished, by writing
-a lock file (its pid and host) into the cell's directory. So the grid's `workers` processes,
-and any other `graft compare` on the same --out, share the cells without running one twice;
-the lock of a process that died is taken over, so a killed run resumes instead of waiting.
+unfinished, not held by a live process, and whose sources (a stored peer's run, a library's
+runs) are finished, by writing a lock file (its pid and host) into the cell's directory. So
+the grid's `workers` processes, and any other `graft compare` on the same --out, share the
+cells without running one twice; the lock of a process that died is taken over, so a killed
+run resumes instead of waiting.
 
     grid = load_grid("configs/compare_tiny.yaml")
     results = run_grid(grid, "runs/compare/tiny")

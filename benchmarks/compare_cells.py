@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import algorithms
-from algorithms.run_config import TrainConfig, config_from_dict
+from algorithms.run_config import TrainConfig, config_from_dict, without_inert_eval
 from benchmarks.compare_grid import (
     AlgorithmEntry,
     GridError,
@@ -169,7 +169,7 @@ def make_cell(
             raise GridError(f"cell {cell_id}: {error}") from None
         # where and how fast, not what: moving --out or changing threads keeps the hash
         ignored = ("run_dir", "stored_peer", "library", "threads")
-        train = {k: v for k, v in config.to_dict().items() if k not in ignored}
+        train = {k: v for k, v in without_inert_eval(config.to_dict()).items() if k not in ignored}
         # the resolved options, not just the entry's name: a changed preset or default
         # (e.g. the sample std of Eq.1) must retrain the cell, never reuse it
         resolved = algorithms.make(config.algorithm, **config.algorithm_options).config

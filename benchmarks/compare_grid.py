@@ -84,11 +84,11 @@ class AlgorithmItem:
             "trajectory library (other seeds: other prompt orders)"
         },
     )
-    library_runs: Positive = field(
-        default=2,
+    library_runs: Positive | None = field(
+        default=None,
         metadata={
             "help": "library_from: how many runs, those of the seeds after the cell's own "
-            "in `seeds` (cyclically; never its own)"
+            "in `seeds` (cyclically; never its own; null: 2)"
         },
     )
 
@@ -126,7 +126,7 @@ class AlgorithmEntry:
     label: str
     options: Mapping[str, Any]
     stored_peer_from: str | None
-    single_agent: bool  # no live exchange: one run per model (GRPO, graft-stored)
+    single_agent: bool  # no live exchange: one run per model (GRPO, graft-stored, graft-library)
     library_from: str | None = None
     library_runs: int = 0  # runs of `library_from` in the library (0: no library)
 
@@ -264,6 +264,9 @@ def _base(value: Any, directory: Path) -> dict[str, Any]:
         raise GridError(f"base: {error}") from None
 
 
+DEFAULT_LIBRARY_RUNS = 2
+
+
 def _source_check(item: AlgorithmItem, stored: bool, where: str) -> None:
     """A stored-peer algorithm reads exactly one source (a replayed run or a library);
     any other reads none."""
@@ -276,12 +279,14 @@ def _source_check(item: AlgorithmItem, stored: bool, where: str) -> None:
     given = "stored_peer_from" if item.stored_peer_from else "library_from"
     if not stored and (item.stored_peer_from or item.library_from):
         raise GridError(f"{where}.{given}: {item.name!r} does not replay a stored peer")
+    if item.library_runs is not None and not item.library_from:
+        raise GridError(f"{where}.library_runs: set only with library_from")
 
 
 def _algorithms(
     items: Sequence[AlgorithmItem], base_options: Mapping[str, Any], seeds: int
 ) -> tuple[AlgorithmEntry, ...]:
-    entries = []
+    entries, sizes = [], []  # the entries and their resolved group sizes n
     for index, item in enumerate(items):
         where = f"algorithms.{index}"
         try:
@@ -289,11 +294,13 @@ def _algorithms(
         except (TypeError, ValueError) as error:
             raise GridError(f"{where}: {error}") from None
         _source_check(item, config.stored, where)
-        if item.library_from and item.library_runs >= seeds:
+        runs = (item.library_runs or DEFAULT_LIBRARY_RUNS) if item.library_from else 0
+        if runs >= seeds:
             raise GridError(
-                f"{where}.library_runs: {item.library_runs} runs at other seeds than the "
-                f"cell's own need at least {item.library_runs + 1} seeds; the grid has {seeds}"
+                f"{where}.library_runs: {runs} runs at other seeds than the "
+                f"cell's own need at least {runs + 1} seeds; the grid has {seeds}"
             )
+        sizes.append(config.n)
         single = config.exchange == "none" or config.stored
         label = item.label or item.name
         entries.append(
@@ -304,7 +311,7 @@ def _algorithms(
                 stored_peer_from=item.stored_peer_from,
                 single_agent=single,
                 library_from=item.library_from,
-                library_runs=item.library_runs if item.library_from else 0,
+                library_runs=runs,
             )
         )
     labels = [entry.label for entry in entries]
@@ -317,6 +324,12 @@ def _algorithms(
             if entry.source not in sources:
                 raise GridError(
                     f"algorithms.{index}.{key}: {entry.source!r} is not one of {sources}"
+                )
+            source_n = sizes[labels.index(entry.source)]
+            if sizes[index] != source_n:
+                raise GridError(
+                    f"algorithms.{index}: n={sizes[index]}, but its source {entry.source!r} "
+                    f"stores groups of n={source_n}: a stored group must have the receiver's size"
                 )
     return tuple(entries)
 
@@ -386,6 +399,12 @@ def grid_from_dict(data: Any, directory: Path = Path("."), name: str = "grid") -
     """Validate plain grid data; relative `base` paths resolve against `directory`."""
     raw = validate_as(GridFile, data, GridError)
     base = deep_merge(_base(raw.base, directory), raw.train)
+    for key, per_entry in (("stored_peer", "stored_peer_from"), ("library", "library_from")):
+        if base.get(key) is not None:
+            raise GridError(
+                f"base/train: {key} is set by the grid for each cell (an algorithm's "
+                f"{per_entry}); remove it from the run config"
+            )
     base_options = base.get("algorithm_options") or {}
     if not isinstance(base_options, Mapping):
         raise GridError(f"base.algorithm_options: expected a mapping, got {base_options!r}")

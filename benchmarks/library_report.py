@@ -161,7 +161,7 @@ def render(report: Mapping[str, Any], steps: int) -> str:
     lines += ["", "| receiver | age | transferred | admitted | share |", "|---|---|---:|---:|---:|"]
     for agent, data in report["lookup"].items():
         for bucket, b in data["admitted_by_age_steps"].items():
-            share = "–" if b["share"] is None else f"{100 * b['share']:.0f} %"
+            share = f"{100 * b['share']:.0f} %"
             lines.append(
                 f"| {agent} | {bucket} | {b['transferred']:.0f} | {b['admitted']:.0f} | {share} |"
             )

@@ -70,7 +70,7 @@ def successes(model: str, label: str, seed: int | None) -> dict[str, list[int]]:
 
 
 def model_result(model: str, label: str, seed: int | None) -> dict:
-    """One model's entry of result.json (benchmarks as `EvalResult.to_dict` writes them)."""
+    """One model's entry of result.json (benchmarks as `report.result_dict` writes them)."""
     benchmarks = {
         name: {
             "pass@1": sum(counts) / (K * len(counts)),

@@ -207,3 +207,18 @@ def test_every_setting_that_changes_results_is_named_with_both_values(key, value
     before = repr(node[last]) if last in node else "(unset)"
     node[last] = value
     assert result_differences(BASE, ours) == [f"{key}: {before} -> {value!r}"]
+
+
+def test_eval_settings_change_results_only_when_evaluation_runs():
+    """A run with `eval.every: 0` never evaluates: its eval settings (whose defaults may
+    move, as the token cap moved from 512 to SPEC §10's 4,096) do not block a resume."""
+    old = json.loads(json.dumps(BASE))
+    old["eval"] = {**old["eval"], "max_new_tokens": 512, "k": 4}
+    assert result_differences(old, BASE) == []
+    evaluating = [json.loads(json.dumps(d)) for d in (old, BASE)]
+    for data in evaluating:
+        data["eval"].update(every=2, datasets=["procedural/addition"])
+    assert result_differences(*evaluating) == [
+        "eval.k: 4 -> 8",
+        "eval.max_new_tokens: 512 -> 4096",
+    ]
