@@ -157,3 +157,33 @@ def test_a_library_cell_trains_on_the_partners_groups_of_its_source_runs(tmp_pat
     counts = [row["library/all_fail_prompts"] for cell in cells for row in metrics(cell)]
     assert lookups["per_step"]["all_fail_prompts"] == np.mean(counts)  # 2 steps per seed
     assert "| tiny-b | lib | 2 |" in (report / "report.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            lambda d: d["algorithms"][3].update(options={"n": 8}),
+            r"algorithms\.3: n=8, but its source 'GRPO n=4' stores groups of n=4",
+        ),
+        (
+            lambda d: d["algorithms"][2].update(options={"n": 6}),
+            r"algorithms\.2: n=6, but its source 'GRPO n=4' stores groups of n=4",
+        ),
+        (
+            lambda d: d["algorithms"][0].update(library_runs=2),
+            r"algorithms\.0\.library_runs: set only with library_from",
+        ),
+        (
+            lambda d: d.setdefault("train", {}).update(
+                library={"path": "x", "choose": "highest_k"}
+            ),
+            r"base/train: library is set by the grid for each cell",
+        ),
+    ],
+)
+def test_a_source_of_another_group_size_or_a_library_in_the_run_config_is_refused(change, message):
+    data = with_library(PLANNED)
+    change(data)
+    with pytest.raises(GridError, match=message):
+        grid_from_dict(data)
