@@ -46,6 +46,7 @@ import os
 import pickle
 import tempfile
 import time
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -138,7 +139,9 @@ def slot_view(buffer: torch.Tensor, slot: WeightSlot) -> torch.Tensor:
 
 class WeightStager:
     """The trainer's side of the weight sync: a staging buffer laid out once for a
-    state dict, refilled with the tensors that changed since the last `stage`."""
+    state dict, refilled with the tensors that changed since the last `stage`.
+    `unlink()` removes the buffer's file name (CPU); processes that opened it keep the
+    memory."""
 
     def __init__(
         self,
@@ -163,6 +166,9 @@ class WeightStager:
             offset += -(-tensor.numel() * out.itemsize // _ALIGN) * _ALIGN
         self.buffer, self.handle = _shared_buffer(max(offset, 1), device or torch.device("cpu"))
         self.versions: dict[str, tuple[int, int]] = {}
+        # the file name goes at the first sync (`unlink`), at the latest when collected
+        name = Path(self.handle[1]) if self.handle[0] == "file" else None
+        self.unlink = weakref.finalize(self, lambda: name and name.unlink(missing_ok=True))
 
     def fits(self, state_dict: dict[str, torch.Tensor]) -> bool:
         """Whether `state_dict` has the names, shapes and dtypes this buffer was laid out for."""
@@ -184,11 +190,6 @@ class WeightStager:
                     self.versions[name] = tensor_version(state_dict[name])
                     sent.append(slot)
         return sent, len(state_dict) - len(sent)
-
-    def unlink(self) -> None:
-        """Remove the buffer's file name (CPU); processes that opened it keep the memory."""
-        if self.handle[0] == "file":
-            Path(self.handle[1]).unlink(missing_ok=True)
 
 
 def _layout(state_dict: dict[str, torch.Tensor]) -> list[tuple[str, torch.dtype, tuple]]:

@@ -11,8 +11,10 @@ unmarked tests check option handling and the missing-vLLM error in any environme
 from __future__ import annotations
 
 import copy
+import gc
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -299,6 +301,19 @@ def test_staging_sends_only_changed_blocks_whole_and_tied_tensors_once():
         assert not stager.fits({"embed.weight": torch.zeros(7, 4)})
     finally:
         stager.unlink()
+
+
+def test_the_staging_file_goes_at_unlink_or_collection_and_opened_buffers_keep_it():
+    state = {"w": torch.arange(4.0)}
+    stager = WeightStager(state)
+    stager.stage(state)
+    opened = open_shared_buffer(stager.handle)
+    stager.unlink()
+    assert not Path(stager.handle[1]).exists()
+    assert torch.equal(slot_view(opened, stager.slots["w"]), state["w"])
+    path = Path(WeightStager(state).handle[1])
+    gc.collect()
+    assert not path.exists()
 
 
 @pytest.mark.parametrize(
