@@ -105,7 +105,7 @@ def tensor_version(tensor: torch.Tensor) -> tuple[int, int]:
 
 def _shared_buffer(nbytes: int, device: torch.device) -> tuple[torch.Tensor, BufferHandle]:
     """A byte buffer on `device` another process can open from the returned handle."""
-    if device.type == "cuda":
+    if device.type == "cuda":  # not yet run against vLLM's GPU build (CPU-only CI)
         from torch.multiprocessing.reductions import reduce_tensor
 
         buffer = torch.empty(nbytes, dtype=torch.uint8, device=device)
