@@ -44,6 +44,16 @@ class EvalSettings:
     )
 
 
+SAMPLING = ("k", "temperature", "top_p", "max_new_tokens", "seed")
+"""The EvalSettings fields that `graft_env.eval.evaluate.evaluate` takes as arguments (the
+others choose the problems, before it runs)."""
+
+
+def sampling_args(settings: EvalSettings) -> dict[str, Any]:
+    """`settings`' arguments for `evaluate(policy, sets, **sampling_args(settings))`."""
+    return {name: getattr(settings, name) for name in SAMPLING}
+
+
 def default(name: str) -> Any:
     """The default of EvalSettings field `name` (for command-line options)."""
     return EvalSettings.__dataclass_fields__[name].default

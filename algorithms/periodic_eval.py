@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from algorithms.config_schema import Count
-from algorithms.eval_spec import EvalSettings
+from algorithms.eval_spec import EvalSettings, sampling_args
 from graft_env.data import Problem, load
 from graft_env.data.procedural import SKILLS
 
@@ -124,15 +124,7 @@ class PeriodicEvaluator:
 
         spec, out = self.spec, {}
         for name, policy in policies.items():
-            summary = evaluate(
-                policy,
-                self.sets,
-                k=spec.k,
-                temperature=spec.temperature,
-                top_p=spec.top_p,
-                max_new_tokens=spec.max_new_tokens,
-                seed=spec.seed,
-            ).summary()
+            summary = evaluate(policy, self.sets, **sampling_args(spec)).summary()
             if spec.metric not in summary:
                 raise ValueError(f"eval.metric {spec.metric!r} is not one of {sorted(summary)}")
             value = float(summary[spec.metric])

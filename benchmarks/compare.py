@@ -44,6 +44,7 @@ import pyarrow.dataset as ds
 from rich.console import Console
 
 from algorithms.checkpoint import latest_checkpoint
+from algorithms.eval_spec import sampling_args
 from algorithms.periodic_eval import eval_sets
 from algorithms.store import TrajectoryStore
 from benchmarks.compare_cells import (
@@ -205,12 +206,8 @@ def run_cell(
         result = evaluate(
             policy,
             final_sets,
-            k=plan.k,
-            temperature=plan.temperature,
-            top_p=plan.top_p,
-            max_new_tokens=plan.max_new_tokens,
+            **sampling_args(plan),
             repeats=plan.repeats,
-            seed=plan.seed,
             batch_size=plan.batch_size,
         )
         write_outputs(result, cell.directory / "eval" / agent)

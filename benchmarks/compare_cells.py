@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import algorithms
+from algorithms.eval_spec import EvalSettings
 from algorithms.run_config import TrainConfig, config_from_dict, without_inert_eval
 from benchmarks.compare_grid import (
     AlgorithmEntry,
@@ -98,18 +99,14 @@ def _periodic_eval(grid: GridSpec) -> dict[str, Any]:
     """The run config's `eval` section: the grid's sets, smaller, every m steps."""
     if grid.periodic is None:
         return {"every": 0}
-    plan = grid.eval
+    shared = {f.name: getattr(grid.eval, f.name) for f in dataclasses.fields(EvalSettings)}
     return {
+        **shared,  # the final evaluation's settings, on fewer problems and samples
+        "procedural": dict(grid.eval.procedural),
         "every": grid.periodic.every,
-        "datasets": list(plan.sets),
-        "procedural": dict(plan.procedural),
-        "distinct": plan.distinct,
+        "datasets": list(grid.eval.sets),
         "k": grid.periodic.k,
         "limit": grid.periodic.limit,
-        "temperature": plan.temperature,
-        "top_p": plan.top_p,
-        "max_new_tokens": plan.max_new_tokens,
-        "seed": plan.seed,
     }
 
 
