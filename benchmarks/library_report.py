@@ -91,7 +91,9 @@ def analyse(grid_path: str | Path, runs: str | Path, resamples: int = 10_000) ->
     records = cell_records(results)
     logs = metrics_logs(Path(runs), results)
     boot = {"resamples": resamples}
-    out: dict[str, Any] = {"grid": str(grid_path), "models": {}}
+    # steps as run (None: only base cells finished, and there is no funnel to divide)
+    steps = next((r["config"]["steps"] for r in results if r["config"]), None)
+    out: dict[str, Any] = {"grid": str(grid_path), "steps": steps, "models": {}}
     for model in sorted({r["model"] for r in records if r["seed"] is not None}):
         present = {r["label"] for r in records if r["model"] == model}
         labels = [e.label for e in grid.algorithms if e.label in present]
@@ -119,12 +121,9 @@ def analyse(grid_path: str | Path, runs: str | Path, resamples: int = 10_000) ->
     return out
 
 
-def _per_step(total: float | None, steps: int) -> str:
-    return "–" if total is None else f"{total / steps:.2f}"
-
-
-def render(report: Mapping[str, Any], steps: int) -> str:
+def render(report: Mapping[str, Any]) -> str:
     """The report as Markdown."""
+    steps = report["steps"]
     lines = ["# Trajectory library vs training alone and the step-aligned replay (issue 19)", ""]
     lines += ["Pre-registered in docs/study/LIBRARY-PREREGISTRATION.md; made by", ""]
     lines += [f"    python -m benchmarks.library_report --grid {report['grid']} ...", ""]
@@ -153,7 +152,7 @@ def render(report: Mapping[str, Any], steps: int) -> str:
         for direction, t in directions.items():
             share = "–" if t["admitted_share"] is None else f"{100 * t['admitted_share']:.0f} %"
             counts = " | ".join(
-                _per_step(t[k], steps)
+                f"{t[k] / steps:.2f}"
                 for k in ("gate_candidates", "prompts", "transferred", "admitted")
             )
             lines.append(f"| {label} | {direction} | {counts} | {share} |")
@@ -176,11 +175,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples")
     args = parser.parse_args(argv)
     report = analyse(args.grid, args.runs, args.resamples)
-    steps = int(load_grid(args.grid).base["steps"])
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
-    (out / "report.md").write_text(render(report, steps))
+    (out / "report.md").write_text(render(report))
     print((out / "report.md").read_text())
     return 0
 
