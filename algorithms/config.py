@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -142,6 +143,11 @@ class AlgorithmConfig:
     capability_ratio_min: float = _option(0.1, "HACPO: lower bound of capability ratios.")
     capability_ratio_max: float = _option(10.0, "HACPO: upper bound of capability ratios.")
 
+    def require_one_of(self, name: str, allowed: Sequence[str]) -> None:
+        """Raise the one-line ValueError unless field `name` is one of `allowed`."""
+        if getattr(self, name) not in allowed:
+            _fail(name, getattr(self, name), f"one of {list(allowed)}")
+
     def validate(self) -> AlgorithmConfig:
         """Raise ValueError naming the first bad field and what it accepts; return self.
         (`exchange` names a registered strategy: `registry.configure` checks that, as the
@@ -159,8 +165,7 @@ class AlgorithmConfig:
             "peer_objective": PEER_OBJECTIVES,
         }
         for name, allowed in choices.items():
-            if getattr(self, name) not in allowed:
-                _fail(name, getattr(self, name), f"one of {list(allowed)}")
+            self.require_one_of(name, allowed)
         bounds = {
             "n": (self.n >= 2, ">= 2 (a group of one has no variance)"),
             "adv_eps": (self.adv_eps >= 0, ">= 0"),

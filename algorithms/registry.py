@@ -63,12 +63,7 @@ def configure(name: str, **overrides: object) -> AlgorithmConfig:
     config = dataclasses.replace(base, **overrides).validate()
     from algorithms.exchange import available_strategies  # importing registers the built-ins
 
-    strategies = available_strategies()
-    if config.exchange not in strategies:
-        raise ValueError(
-            f"AlgorithmConfig.exchange = {config.exchange!r} is invalid: it must be one of "
-            f"{strategies}"
-        )
+    config.require_one_of("exchange", available_strategies())
     return config
 
 
