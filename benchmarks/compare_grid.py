@@ -283,54 +283,57 @@ def _source_check(item: AlgorithmItem, stored: bool, where: str) -> None:
         raise GridError(f"{where}.library_runs: set only with library_from")
 
 
+def _entry(
+    item: AlgorithmItem, base_options: Mapping[str, Any], seeds: int, where: str
+) -> tuple[AlgorithmEntry, int]:
+    """One `algorithms:` item checked and resolved, with its group size n."""
+    try:
+        config = algorithms.configure(item.name, **{**base_options, **item.options})
+    except (TypeError, ValueError) as error:
+        raise GridError(f"{where}: {error}") from None
+    _source_check(item, config.stored, where)
+    runs = (item.library_runs or DEFAULT_LIBRARY_RUNS) if item.library_from else 0
+    if runs >= seeds:
+        raise GridError(
+            f"{where}.library_runs: {runs} runs at other seeds than the "
+            f"cell's own need at least {runs + 1} seeds; the grid has {seeds}"
+        )
+    entry = AlgorithmEntry(
+        name=item.name,
+        label=item.label or item.name,
+        options=dict(item.options),
+        stored_peer_from=item.stored_peer_from,
+        single_agent=config.exchange == "none" or config.stored,
+        library_from=item.library_from,
+        library_runs=runs,
+    )
+    return entry, config.n
+
+
 def _algorithms(
     items: Sequence[AlgorithmItem], base_options: Mapping[str, Any], seeds: int
 ) -> tuple[AlgorithmEntry, ...]:
-    entries, sizes = [], []  # the entries and their resolved group sizes n
-    for index, item in enumerate(items):
-        where = f"algorithms.{index}"
-        try:
-            config = algorithms.make(item.name, **{**base_options, **item.options}).config
-        except (TypeError, ValueError) as error:
-            raise GridError(f"{where}: {error}") from None
-        _source_check(item, config.stored, where)
-        runs = (item.library_runs or DEFAULT_LIBRARY_RUNS) if item.library_from else 0
-        if runs >= seeds:
-            raise GridError(
-                f"{where}.library_runs: {runs} runs at other seeds than the "
-                f"cell's own need at least {runs + 1} seeds; the grid has {seeds}"
-            )
-        sizes.append(config.n)
-        single = config.exchange == "none" or config.stored
-        label = item.label or item.name
-        entries.append(
-            AlgorithmEntry(
-                name=item.name,
-                label=label,
-                options=dict(item.options),
-                stored_peer_from=item.stored_peer_from,
-                single_agent=single,
-                library_from=item.library_from,
-                library_runs=runs,
-            )
-        )
-    labels = [entry.label for entry in entries]
-    for index, entry in enumerate(entries):
-        if entry.label in labels[:index]:
+    resolved = [
+        _entry(item, base_options, seeds, f"algorithms.{index}") for index, item in enumerate(items)
+    ]
+    entries = [entry for entry, _ in resolved]
+    sizes = {}  # label -> group size n
+    for index, (entry, n) in enumerate(resolved):
+        if entry.label in sizes:
             raise GridError(f"algorithms.{index}.label: {entry.label!r} is used twice")
-        if entry.source is not None:
-            key = "stored_peer_from" if entry.stored_peer_from else "library_from"
-            sources = [e.label for e in entries if e.source is None]
-            if entry.source not in sources:
-                raise GridError(
-                    f"algorithms.{index}.{key}: {entry.source!r} is not one of {sources}"
-                )
-            source_n = sizes[labels.index(entry.source)]
-            if sizes[index] != source_n:
-                raise GridError(
-                    f"algorithms.{index}: n={sizes[index]}, but its source {entry.source!r} "
-                    f"stores groups of n={source_n}: a stored group must have the receiver's size"
-                )
+        sizes[entry.label] = n
+    for index, (entry, n) in enumerate(resolved):
+        if entry.source is None:
+            continue
+        key = "stored_peer_from" if entry.stored_peer_from else "library_from"
+        sources = [e.label for e in entries if e.source is None]
+        if entry.source not in sources:
+            raise GridError(f"algorithms.{index}.{key}: {entry.source!r} is not one of {sources}")
+        if n != sizes[entry.source]:
+            raise GridError(
+                f"algorithms.{index}: n={n}, but its source {entry.source!r} stores groups "
+                f"of n={sizes[entry.source]}: a stored group must have the receiver's size"
+            )
     return tuple(entries)
 
 
