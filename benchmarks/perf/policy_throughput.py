@@ -11,21 +11,20 @@ On CUDA every timing waits for the device (`torch.cuda.synchronize`) before the 
 `--levers` also measures decoding levers (issue 15, item 3) on `HFPolicy.generate`, each
 alternated round by round with the plain policy: its tokens/s, the per-round ratio plain /
 lever (median and range) and whether it samples the same tokens (and by how much the
-recorded log-probs move). `mkldnn`: every `nn.Linear` of a copy of the model becomes a
-oneDNN `MkldnnLinear` with prepacked weights (inference only: it has no backward, so a
-trained policy would have to repack after every update); `bf16`: bfloat16 autocast (the
-`autocast` option); `inference_mode`: `torch.inference_mode` instead of `no_grad`.
+recorded log-probs move). `packed`: the `packed_decode` option (every `nn.Linear` on
+oneDNN with weights prepacked once per weight version, `policies.packed`); `bf16`:
+bfloat16 autocast (the `autocast` option); `inference_mode`: `torch.inference_mode`
+instead of `no_grad`.
 
     python -m benchmarks.perf.policy_throughput [--model DIR] [--prompts 16 --n 4]
         [--device cuda --dtype bfloat16 | --autocast bfloat16]
-        [--levers mkldnn,bf16,inference_mode --top-p 0.95 --rounds 7]
+        [--levers packed,bf16,inference_mode --top-p 0.95 --rounds 7]
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import copy
 import dataclasses
 import json
 import statistics
@@ -46,7 +45,7 @@ from graft_env.policies.tiny_models import TinyShape, build_model
 from graft_env.policies.tiny_tokenizer import PLAIN_STYLE, train_tokenizer
 from graft_env.types import TrainBatch
 
-LEVERS = ("mkldnn", "bf16", "inference_mode")
+LEVERS = ("packed", "bf16", "inference_mode")
 SMOLLM2_SHAPE = {  # HuggingFaceTB/SmolLM2-135M's config.json
     "vocab_size": 49152,
     "hidden_size": 576,
@@ -191,26 +190,14 @@ def measure(
     return results
 
 
-def _mkldnn_copy(model: torch.nn.Module) -> torch.nn.Module:
-    """A copy of `model` whose `nn.Linear` layers run on oneDNN with prepacked weights."""
-    from torch.utils.mkldnn import MkldnnLinear
-
-    packed = copy.deepcopy(model)
-    for module in list(packed.modules()):
-        for name, child in list(module.named_children()):
-            if type(child) is torch.nn.Linear:
-                setattr(module, name, MkldnnLinear(child, torch.float32))
-    return packed
-
-
 @contextlib.contextmanager
 def lever(policy: HFPolicy, name: str) -> Iterator[None]:
     """`policy` with one decoding lever applied, restored afterwards ("plain": none)."""
-    model, options = policy.model, policy.options
+    options = policy.options
     try:
         with contextlib.ExitStack() as stack:
-            if name == "mkldnn":
-                policy.model = _mkldnn_copy(model)
+            if name == "packed":
+                policy.options = dataclasses.replace(options, packed_decode=True)
             elif name == "bf16":
                 policy.options = dataclasses.replace(options, autocast="bfloat16")
             elif name == "inference_mode":
@@ -219,7 +206,7 @@ def lever(policy: HFPolicy, name: str) -> Iterator[None]:
                 raise ValueError(f"unknown lever {name!r}; valid: {list(LEVERS)}")
             yield
     finally:
-        policy.model, policy.options = model, options
+        policy.options = options
 
 
 def measure_levers(

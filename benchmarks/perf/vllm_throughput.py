@@ -2,7 +2,8 @@
 
 One `VLLMPolicy` per model holds both: its `generate` samples through the vLLM
 engine, and `HFPolicy.generate` on the same object samples through transformers,
-with the same weights, prompts, n and token budget. Each is timed `--repeats`
+plain and with the `packed_decode` option (oneDNN on prepacked weights), with the
+same weights, prompts, n and token budget. Each is timed `--repeats`
 times, interleaved, and the best run counts, since the 2 shared cores make single
 runs noisy; only the ratio of the two, measured side by side, means anything.
 The vLLM worker binds one core; `--threads` (default 1) sets transformers' torch
@@ -15,6 +16,7 @@ threads so both sample on one core. Needs vLLM (see `.ci/vllm`); run it as
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -42,9 +44,18 @@ def measure(model: str, prompts: int, n: int, max_new: int, repeats: int) -> dic
         def tokens(groups) -> int:
             return sum(len(g.token_ids) for group in groups for g in group)
 
+        def transformers(packed: bool) -> int:
+            plain = policy.options
+            policy.options = dataclasses.replace(plain, packed_decode=packed)
+            try:
+                return tokens(HFPolicy.generate(policy, texts, n, sampling))
+            finally:
+                policy.options = plain
+
         backends = {
             "vllm": lambda: tokens(policy.generate(texts, n, sampling)),
-            "transformers": lambda: tokens(HFPolicy.generate(policy, texts, n, sampling)),
+            "transformers": lambda: transformers(False),
+            "transformers_packed": lambda: transformers(True),
         }
         for run in backends.values():  # warm-up: first calls allocate caches and kernels
             run()
@@ -59,8 +70,10 @@ def measure(model: str, prompts: int, n: int, max_new: int, repeats: int) -> dic
         "sequences": prompts * n,
         "vllm_tokens_per_s": rates["vllm"][0],
         "transformers_tokens_per_s": rates["transformers"][0],
+        "packed_tokens_per_s": rates["transformers_packed"][0],
         "tokens": {name: rate[1] for name, rate in rates.items()},
-        "vllm_over_transformers": rates["vllm"][0] / rates["transformers"][0],
+        "transformers_over_vllm": rates["transformers"][0] / rates["vllm"][0],
+        "packed_over_vllm": rates["transformers_packed"][0] / rates["vllm"][0],
     }
 
 
@@ -79,11 +92,13 @@ def main(argv: list[str] | None = None) -> None:
         measure(model, args.prompts, args.n, args.max_new_tokens, args.repeats)
         for model in args.models
     ]
-    print(f"{'model':<16}{'seqs':>6}{'vLLM tok/s':>12}{'HF tok/s':>12}{'vLLM / HF':>11}")
+    header = f"{'model':<16}{'seqs':>6}{'vLLM':>8}{'HF':>8}{'HF packed':>11}"
+    print(f"{header}{'HF / vLLM':>11}{'packed / vLLM':>15}   (tokens/s)")
     for row in results:
         print(
-            f"{row['model']:<16}{row['sequences']:>6}{row['vllm_tokens_per_s']:>12.0f}"
-            f"{row['transformers_tokens_per_s']:>12.0f}{row['vllm_over_transformers']:>11.2f}"
+            f"{row['model']:<16}{row['sequences']:>6}{row['vllm_tokens_per_s']:>8.0f}"
+            f"{row['transformers_tokens_per_s']:>8.0f}{row['packed_tokens_per_s']:>11.0f}"
+            f"{row['transformers_over_vllm']:>11.2f}{row['packed_over_vllm']:>15.2f}"
         )
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))

@@ -26,6 +26,7 @@ from graft_env.policies.forward import response_logprobs
 from graft_env.policies.generation import sample
 from graft_env.policies.hf_options import DTYPES, load_model, load_tokenizer
 from graft_env.policies.options import HFPolicyOptions
+from graft_env.policies.packed import PackedWeights
 from graft_env.policies.precision import half_precision_training_error
 from graft_env.policies.training import OptimStep, optimise, wants_reference
 from graft_env.prompts import format_prompt
@@ -52,6 +53,8 @@ class HFPolicy:
                 f"model path {self.path!r} does not exist (local_files_only=True: "
                 "hub ids are not downloaded)"
             )
+        if self.options.packed_decode and not torch.backends.mkldnn.is_available():
+            raise ValueError("HFPolicyOptions.packed_decode: this torch build has no oneDNN")
         self.name = name or Path(self.path).name
         self.temperature = self.options.temperature
         self.device = torch.device(self.options.device)
@@ -63,6 +66,7 @@ class HFPolicy:
         self._reference: torch.nn.Module | None = None  # see reference_model
         self.optimizer = self._new_optimizer()
         self.max_positions = getattr(self.model.config, "max_position_embeddings", None)
+        self._packs = PackedWeights()  # filled on first use under packed_decode
 
     def _new_optimizer(self) -> torch.optim.Optimizer:
         return torch.optim.AdamW(
@@ -83,6 +87,13 @@ class HFPolicy:
         if self.options.autocast is None:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=DTYPES[self.options.autocast])
+
+    def decode_kernels(self) -> contextlib.AbstractContextManager:
+        """The context sampling runs in (under `torch.no_grad`): the model's linear layers
+        on prepacked oneDNN weights under `packed_decode` (`policies.packed`), else nothing."""
+        if not self.options.packed_decode:
+            return contextlib.nullcontext()
+        return self._packs.applied(self.model)
 
     # -- text <-> tokens ---------------------------------------------------------
     def format_prompt(self, problem: str) -> str:
@@ -159,7 +170,7 @@ class HFPolicy:
         size = self.options.generation_batch_size
         for start in range(0, len(rows), size):
             chunk = rows[start : start + size]
-            with self.compute_precision():
+            with torch.no_grad(), self.compute_precision(), self.decode_kernels():
                 sampled = sample(
                     self.model,
                     [prompt_ids[i] for i in chunk],

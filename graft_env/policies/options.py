@@ -39,6 +39,12 @@ class HFPolicyOptions:
     micro_batch_size: sequences per forward inside an `update` minibatch; None runs
         the whole minibatch at once. Either way the gradient is the same.
     local_files_only: never contact the model hub (the default on these machines).
+    packed_decode: CPU only, float32 without autocast: `generate` runs every
+        `nn.Linear` on oneDNN with weights prepacked once per weight version
+        (`policies.packed`): 2.3-2.5x faster linear layers when decoding 32 rows of
+        SmolLM2-135M, one more copy of the linear weights in memory, log-probs ~1e-5
+        from the training forward's (other rounding). Off by default, so that runs
+        sample exactly the stream they always did.
     """
 
     temperature: float = 1.0
@@ -54,6 +60,7 @@ class HFPolicyOptions:
     score_batch_size: int = 64
     micro_batch_size: int | None = None
     local_files_only: bool = True
+    packed_decode: bool = False
 
     def __post_init__(self) -> None:
         if not self.temperature > 0:
@@ -78,6 +85,14 @@ class HFPolicyOptions:
             raise ValueError("HFPolicyOptions.micro_batch_size must be >= 1 or None")
         if not self.grad_clip > 0:
             raise ValueError(f"HFPolicyOptions.grad_clip must be > 0, got {self.grad_clip}")
+        if self.packed_decode and (
+            not self.device.startswith("cpu") or self.dtype != "float32" or self.autocast
+        ):
+            raise ValueError(
+                "HFPolicyOptions.packed_decode needs device 'cpu', dtype 'float32' and no "
+                f"autocast (oneDNN's float32 GEMM), got device {self.device!r}, dtype "
+                f"{self.dtype!r}, autocast {self.autocast!r}"
+            )
 
     @classmethod
     def from_kwargs(cls, **overrides: object) -> HFPolicyOptions:
