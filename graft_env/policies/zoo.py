@@ -81,6 +81,11 @@ def load_policy(
             f"(got {rollout_backend!r})"
         )
     policy_options = HFPolicyOptions.from_kwargs(**options)
+    if policy_options.packed_decode and rollout_backend == "vllm":
+        raise TypeError(
+            "policy option packed_decode speeds up transformers sampling; with "
+            "rollout_backend='vllm' the vLLM engine samples (and packs its own weights)"
+        )
     # checked before the (possibly long) model build
     vllm_options = (
         VLLMEngineOptions.from_prefixed(engine_options) if rollout_backend == "vllm" else None

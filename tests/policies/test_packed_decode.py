@@ -15,6 +15,7 @@ import algorithms
 from graft_env.policies.base import SamplingParams
 from graft_env.policies.options import HFPolicyOptions
 from graft_env.policies.packed import PackedWeights
+from graft_env.policies.zoo import load_policy
 from tests.policies.test_hf_update import _rollout_batch
 
 PROMPTS = ["What is 2 + 3?", "What is 41 + 17?"]
@@ -47,6 +48,7 @@ def test_packed_sampling_draws_the_plain_tokens_with_the_training_log_probs(
     plain_scored = plain.score_tokens(rows, [g.token_ids for g in generated])
     for a, b in zip(scored, plain_scored, strict=True):
         np.testing.assert_array_equal(a, b)
+    assert len(packed._packs) == len(_linears(packed))  # every linear layer ran packed
     assert all("forward" not in m.__dict__ for m in _linears(packed))
 
 
@@ -64,6 +66,20 @@ def test_packs_follow_the_weights_through_an_update(make_policy, model_dirs):
         np.testing.assert_allclose(gen.logprobs, plain_gen.logprobs, atol=1e-4, rtol=0)
 
 
+def test_packs_follow_the_weights_through_a_load(make_policy, model_dirs, tmp_path):
+    trained = make_policy(model_dirs["llama"])
+    trained.update(_rollout_batch(trained), algorithms.make("grpo").loss)
+    trained.save(tmp_path / "trained")
+    packed = make_policy(model_dirs["llama"], packed_decode=True)
+    _generate(packed)  # packs the initial weights
+    packed.load(tmp_path / "trained")
+    _, expected = _generate(trained)
+    _, generated = _generate(packed)
+    assert [g.token_ids for g in generated] == [g.token_ids for g in expected]
+    for gen, trained_gen in zip(generated, expected, strict=True):
+        np.testing.assert_allclose(gen.logprobs, trained_gen.logprobs, atol=1e-4, rtol=0)
+
+
 def test_a_weight_changed_in_place_is_packed_again():
     layer = torch.nn.Linear(8, 4)
     x = torch.randn(3, 8)
@@ -73,6 +89,26 @@ def test_a_weight_changed_in_place_is_packed_again():
         layer.weight.mul_(2.0)
         after = layer(x)
     torch.testing.assert_close(after - layer.bias, 2 * (before - layer.bias), atol=1e-5, rtol=0)
+
+
+def test_packed_kernels_run_one_use_at_a_time_and_keep_a_layers_own_forward():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
+    hooked = model[1].forward
+    model[1].forward = hooked  # an instance forward, as a hook would set
+    packs = PackedWeights()
+    with torch.no_grad(), packs.applied(model):
+        assert "forward" in model[0].__dict__ and model[1].forward is hooked
+        model(torch.randn(3, 4))
+        with pytest.raises(RuntimeError, match="already in use"), packs.applied(model):
+            pass
+        assert "forward" in model[0].__dict__  # the refused use unpatched nothing
+    assert "forward" not in model[0].__dict__ and model[1].forward is hooked
+    assert len(packs) == 1  # the hooked layer ran its own forward
+
+
+def test_packed_decode_is_refused_with_the_vllm_backend(tmp_path):
+    with pytest.raises(TypeError, match="packed_decode speeds up transformers sampling"):
+        load_policy(tmp_path / "nowhere", rollout_backend="vllm", packed_decode=True)
 
 
 def test_packed_kernels_refuse_to_run_with_gradients():
