@@ -10,9 +10,10 @@ On CUDA every timing waits for the device (`torch.cuda.synchronize`) before the 
 
 `--levers` also measures decoding levers (issue 15, item 3) on `HFPolicy.generate`, each
 alternated round by round with the plain policy: its tokens/s, the per-round ratio plain /
-lever (median and range) and whether it samples the same tokens (and by how much the
-recorded log-probs move). `packed`: the `packed_decode` option (every `nn.Linear` on
-oneDNN with weights prepacked once per weight version, `policies.packed`); `bf16`:
+lever (median and range), in how many rows it samples the same tokens, and by how much
+the recorded log-probs move on the tokens both runs share. `packed`: the `packed_decode`
+option (every `nn.Linear` on oneDNN with weights prepacked once per weight version,
+`policies.packed`); `bf16`:
 bfloat16 autocast (the `autocast` option); `inference_mode`: `torch.inference_mode`
 instead of `no_grad`.
 
@@ -209,6 +210,21 @@ def lever(policy: HFPolicy, name: str) -> Iterator[None]:
         policy.options = options
 
 
+def _agreement(plain: list[Generation], mine: list[Generation]) -> tuple[int, float]:
+    """How many rows drew the same tokens, and the largest log-prob shift over the tokens
+    each row's two samples share before they first differ."""
+    same, shift = 0, 0.0
+    for a, b in zip(plain, mine, strict=True):
+        same += a.token_ids == b.token_ids
+        common = next(
+            (i for i, (x, y) in enumerate(zip(a.token_ids, b.token_ids, strict=False)) if x != y),
+            min(len(a.token_ids), len(b.token_ids)),
+        )
+        gap = abs(a.logprobs[:common] - b.logprobs[:common])
+        shift = max(shift, float(gap.max(initial=0.0)))
+    return same, shift
+
+
 def measure_levers(
     policy: HFPolicy,
     texts: list[str],
@@ -237,20 +253,13 @@ def measure_levers(
     for name in names:
         ratios = [p / s for p, s in zip(seconds["plain"], seconds[name], strict=True)]
         plain, mine = outputs["plain"], outputs[name]
-        same = [a.token_ids for a in plain] == [b.token_ids for b in mine]
-        shift = (
-            max(
-                float(abs(a.logprobs - b.logprobs).max(initial=0.0))
-                for a, b in zip(plain, mine, strict=True)
-            )
-            if same
-            else None
-        )
+        same_rows, shift = _agreement(plain, mine)
         results[name] = {
             "tokens_per_s": tokens[name] / min(seconds[name]),
             "speedup_median": statistics.median(ratios),
             "speedup_range": [min(ratios), max(ratios)],
-            "same_tokens": same,
+            "same_tokens": same_rows == len(plain),
+            "same_rows": [same_rows, len(plain)],
             "max_logprob_shift": shift,
         }
     return results
@@ -309,7 +318,8 @@ def main(argv: list[str] | None = None) -> None:
         print(
             f"lever {name:<15}{row['tokens_per_s']:>8.0f} tok/s  "
             f"speed-up {row['speedup_median']:.2f} ({low:.2f}-{high:.2f})  "
-            f"same tokens: {row['same_tokens']}, log-prob shift {row['max_logprob_shift']}"
+            f"same tokens in {row['same_rows'][0]} of {row['same_rows'][1]} rows, "
+            f"log-prob shift {row['max_logprob_shift']:.1e} before any difference"
         )
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))

@@ -10,10 +10,11 @@ the first generation after the weights change: each pack remembers its weight te
 and `load_state_dict` advance, and `HFPolicy.load` builds new tensors, so a trained or
 reloaded policy never decodes with stale weights (repacking SmolLM2-135M takes about
 0.3 s, once per update). Writes through `.data` bypass the version counter; nothing here
-makes them. oneDNN rounds differently from aten: recorded log-probs move by
-~1e-5 from the training forward's (vLLM's are 5-8e-6 off); the tokens drawn from them
-may then differ from the aten path's in rare near-ties, so the option is off by default
-and every shipped result was sampled without it.
+makes them. oneDNN rounds differently from aten: recorded log-probs move by up to ~5e-5
+from the aten path's (vLLM's are 5-8e-6 off the training forward's); after a near-tie a
+row draws another token, finishes at another step and so changes which uniform every
+later row draws (17 of 32 SmolLM2 rows kept their tokens over 128). So the option is off
+by default and every shipped result was sampled without it.
 """
 
 from __future__ import annotations

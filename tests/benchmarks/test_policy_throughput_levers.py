@@ -22,8 +22,8 @@ def test_every_lever_is_measured_against_the_plain_policy(tmp_path):
     # no_grad -> inference_mode changes no number; oneDNN's GEMM only rounds differently
     assert levers["inference_mode"]["same_tokens"]
     assert levers["inference_mode"]["max_logprob_shift"] == 0.0
-    assert levers["packed"]["same_tokens"]
-    assert 0.0 <= levers["packed"]["max_logprob_shift"] < 1e-4
+    assert levers["packed"]["same_rows"] == [4, 4] and levers["packed"]["same_tokens"]
+    assert 0.0 < levers["packed"]["max_logprob_shift"] < 1e-4
 
 
 def test_an_unknown_lever_is_refused(capsys):
