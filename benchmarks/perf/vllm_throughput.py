@@ -16,7 +16,6 @@ threads so both sample on one core. Needs vLLM (see `.ci/vllm`); run it as
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -25,6 +24,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.perf.common import PROBLEMS, add_threads_option
+from benchmarks.perf.policy_throughput import lever
 from graft_env.policies import HFPolicy, SamplingParams, load_policy
 
 
@@ -44,18 +44,14 @@ def measure(model: str, prompts: int, n: int, max_new: int, repeats: int) -> dic
         def tokens(groups) -> int:
             return sum(len(g.token_ids) for group in groups for g in group)
 
-        def transformers(packed: bool) -> int:
-            plain = policy.options
-            policy.options = dataclasses.replace(plain, packed_decode=packed)
-            try:
+        def transformers(name: str) -> int:  # name: a policy_throughput lever
+            with lever(policy, name):
                 return tokens(HFPolicy.generate(policy, texts, n, sampling))
-            finally:
-                policy.options = plain
 
         backends = {
             "vllm": lambda: tokens(policy.generate(texts, n, sampling)),
-            "transformers": lambda: transformers(False),
-            "transformers_packed": lambda: transformers(True),
+            "transformers": lambda: transformers("plain"),
+            "transformers_packed": lambda: transformers("packed"),
         }
         for run in backends.values():  # warm-up: first calls allocate caches and kernels
             run()
