@@ -1,5 +1,6 @@
 """What the measurement scripts share: the repository root, the loop benchmarks' run config
-and step timing, the fixed prompts and batch of the policy benchmarks, and a device clock.
+and step timing, the fixed prompts and batch of the policy benchmarks, the decoding levers of
+`HFPolicy.generate` (`lever`), and a device clock.
 
 A benchmark run of the loop is short, trains on the procedural task, checkpoints once at
 the end and shows no progress bar or TensorBoard, so what it times is the loop itself.
@@ -10,7 +11,9 @@ torch and the loop are imported by the functions that use them: `verifier_throug
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+import contextlib
+import dataclasses
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +24,7 @@ from graft_env.types import TrainBatch, TrainSequence
 if TYPE_CHECKING:
     import torch
 
+    from graft_env.policies import HFPolicy
     from graft_env.policies.base import Generation
 
 REPO = Path(__file__).resolve().parents[2]
@@ -28,6 +32,9 @@ PROBLEMS = [f"Compute {17 * i + 3} + {29 * i + 11}." for i in range(64)]
 """The policy benchmarks' questions (formatted with each model's own template)."""
 LOOP_PHASES = ("rollout", "verify", "exchange", "scoring", "update")
 """The loop's timed phases (`StepRecord.timings`) that the step benchmarks report."""
+LEVERS = ("packed", "bf16", "inference_mode")
+"""Decoding levers of `HFPolicy.generate` (`lever`): the `packed_decode` option, bfloat16
+autocast, `torch.inference_mode` instead of `no_grad`."""
 
 
 def add_threads_option(parser: argparse.ArgumentParser, what: str = "torch threads") -> None:
@@ -134,3 +141,24 @@ def synchronize(device: str | torch.device) -> None:
 
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize(device)
+
+
+@contextlib.contextmanager
+def lever(policy: HFPolicy, name: str) -> Iterator[None]:
+    """`policy` with one decoding lever applied, restored afterwards ("plain": none)."""
+    import torch
+
+    options = policy.options
+    try:
+        with contextlib.ExitStack() as stack:
+            if name == "packed":
+                policy.options = dataclasses.replace(options, packed_decode=True)
+            elif name == "bf16":
+                policy.options = dataclasses.replace(options, autocast="bfloat16")
+            elif name == "inference_mode":
+                stack.enter_context(torch.inference_mode())
+            elif name != "plain":
+                raise ValueError(f"unknown lever {name!r}; valid: {list(LEVERS)}")
+            yield
+    finally:
+        policy.options = options

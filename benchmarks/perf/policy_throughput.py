@@ -25,20 +25,26 @@ instead of `no_grad`.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 import algorithms
-from benchmarks.perf.common import PROBLEMS, add_threads_option, grpo_batch, synchronize
+from benchmarks.perf.common import (
+    LEVERS,
+    PROBLEMS,
+    add_threads_option,
+    grpo_batch,
+    lever,
+    synchronize,
+)
 from graft_env.policies import Generation, HFPolicy, HFPolicyOptions, SamplingParams
 from graft_env.policies.forward import pack_prompt_response, position_ids_from_mask
 from graft_env.policies.hf_options import DTYPES
@@ -46,7 +52,6 @@ from graft_env.policies.tiny_models import TinyShape, build_model
 from graft_env.policies.tiny_tokenizer import PLAIN_STYLE, train_tokenizer
 from graft_env.types import TrainBatch
 
-LEVERS = ("packed", "bf16", "inference_mode")
 SMOLLM2_SHAPE = {  # HuggingFaceTB/SmolLM2-135M's config.json
     "vocab_size": 49152,
     "hidden_size": 576,
@@ -189,25 +194,6 @@ def measure(
         nucleus = SamplingParams(top_p=top_p, max_new_tokens=max_new, seed=0)
         results["levers"] = measure_levers(policy, texts, n, nucleus, list(levers), rounds)
     return results
-
-
-@contextlib.contextmanager
-def lever(policy: HFPolicy, name: str) -> Iterator[None]:
-    """`policy` with one decoding lever applied, restored afterwards ("plain": none)."""
-    options = policy.options
-    try:
-        with contextlib.ExitStack() as stack:
-            if name == "packed":
-                policy.options = dataclasses.replace(options, packed_decode=True)
-            elif name == "bf16":
-                policy.options = dataclasses.replace(options, autocast="bfloat16")
-            elif name == "inference_mode":
-                stack.enter_context(torch.inference_mode())
-            elif name != "plain":
-                raise ValueError(f"unknown lever {name!r}; valid: {list(LEVERS)}")
-            yield
-    finally:
-        policy.options = options
 
 
 def _agreement(plain: list[Generation], mine: list[Generation]) -> tuple[int, float]:

@@ -23,8 +23,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.perf.common import PROBLEMS, add_threads_option
-from benchmarks.perf.policy_throughput import lever
+from benchmarks.perf.common import PROBLEMS, add_threads_option, lever
 from graft_env.policies import HFPolicy, SamplingParams, load_policy
 
 
@@ -44,7 +43,7 @@ def measure(model: str, prompts: int, n: int, max_new: int, repeats: int) -> dic
         def tokens(groups) -> int:
             return sum(len(g.token_ids) for group in groups for g in group)
 
-        def transformers(name: str) -> int:  # name: a policy_throughput lever
+        def transformers(name: str) -> int:  # name: a decoding lever (common.LEVERS)
             with lever(policy, name):
                 return tokens(HFPolicy.generate(policy, texts, n, sampling))
 
