@@ -10,7 +10,21 @@ New entries: `@algorithms.register("name")` over a function returning an
 `AlgorithmConfig`. New exchange strategies: `algorithms.exchange.register_strategy`.
 
 Names load on first use (PEP 562), so `graft --help` and config validation do not wait
-for torch: importing a submodule such as `algorithms.run_config` runs no torch import.
+for torch: importing a submodule such as `algorithms.training.run_config` runs no torch import.
+
+Modules:
+
+algorithm         one learning rule as the loop sees it: advantages, exchange, batches, loss
+collate           right-padded tensors from `TrainSequence`s, for the surrogate loss
+config            `AlgorithmConfig`: the one config every registry entry is a preset of
+core/             the pure core: advantages, gate, balancing, weights, losses, ordering
+exchange/         pluggable exchange strategies (GRAFT, SGT, HACPO, none)
+library/          trajectory libraries: peer groups from anywhere, keyed by prompt
+presets           every registry entry: a base config and the options each variant changes
+registry          names -> algorithms: `register`, `configure`, `make`, `available`
+rollouts          policy generations + verdicts -> `AgentRollouts`, and the per-step seeds
+storage/          what runs write and read back: the trajectory store, digests, YAML schemas
+training/         the common multi-agent training loop and everything a run needs
 """
 
 from __future__ import annotations

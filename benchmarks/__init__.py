@@ -10,6 +10,14 @@ A module here runs as ``python -m benchmarks.<name>`` and a script as
 ``python -m benchmarks.perf.<name>``; either imports this package first: so this is where
 the OpenMP defaults (one thread, passive waiting) are set, before any script imports torch
 (`graft_env.threads` says why; a user's own settings win).
+
+Modules:
+
+cli               the `graft` command line: one entry point, one subcommand per job
+commands/         the subcommands: `graft X` is `commands/X.py`
+compare/          comparison grids behind `graft compare`: grid, cells, claims, reports, plots
+perf/             the measurement scripts behind the README's performance figures
+study/            the pre-registered studies' reports: statistics, plots, verdicts
 """
 
 from graft_env.threads import process_defaults

@@ -22,10 +22,10 @@ from graft_env import threads
 
 # name -> module with add_parser(commands); imported only when the command is the one given
 COMMAND_MODULES = {
-    "train": "algorithms.train_command",
-    "eval": "benchmarks.eval_command",
-    "compare": "benchmarks.compare_command",
-    "library": "algorithms.library.command",
+    "train": "benchmarks.commands.train",
+    "eval": "benchmarks.commands.eval",
+    "compare": "benchmarks.commands.compare",
+    "library": "benchmarks.commands.library",
 }
 PROGRESS_BARS_VAR = "HF_HUB_DISABLE_PROGRESS_BARS"  # huggingface_hub's, read by transformers
 # What an interrupted command leaves behind, and how to go on from there.
@@ -61,13 +61,13 @@ def _cmd_config_show(args: argparse.Namespace) -> int:
 
 def _cmd_config_validate(args: argparse.Namespace) -> int:
     if args.grid:
-        from benchmarks.compare_grid import load_grid
+        from benchmarks.compare.grid import load_grid
 
         grid = load_grid(args.file, args.overrides)
         labels = ", ".join(entry.label for entry in grid.algorithms)
         print(f"{args.file}: valid grid {grid.name!r} ({labels}; seeds {list(grid.seeds)})")
         return 0
-    from algorithms.run_config import load_config
+    from algorithms.training.run_config import load_config
 
     config = load_config(args.file, args.overrides)
     agents = ", ".join(agent.name for agent in config.agents)
@@ -80,12 +80,12 @@ def _cmd_config_validate(args: argparse.Namespace) -> int:
 
 def _schema(grid: bool) -> list[str]:
     """The run-config (or grid-file) schema lines, aligned in columns."""
-    from algorithms.config_schema import schema_lines
+    from algorithms.storage.yaml_schema import schema_lines
 
     if grid:
-        from benchmarks.compare_grid import GridFile as schema
+        from benchmarks.compare.grid import GridFile as schema
     else:
-        from algorithms.run_config import TrainConfig as schema
+        from algorithms.training.run_config import TrainConfig as schema
     lines = schema_lines(schema)
     rows = [line.split("  ", 3) for line in lines]
     widths = [max(len(row[i]) for row in rows if len(row) > i) for i in range(3)]
@@ -176,7 +176,7 @@ def _interrupted(args: argparse.Namespace) -> str:
         return f"graft {args.command}: interrupted"
     run_dir = "its run_dir"
     if args.command == "train":
-        from algorithms.run_config import ConfigError, load_config
+        from algorithms.training.run_config import ConfigError, load_config
 
         try:
             run_dir = load_config(args.config, args.overrides).run_dir

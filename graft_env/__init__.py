@@ -2,6 +2,18 @@
 
 Importing the package registers the Gymnasium environment
 ``graft_env/MathReasoning-v0``.
+
+Modules:
+
+data/             datasets: one registry, the real benchmarks, procedural arithmetic
+envs/             the Gymnasium env, the multi-agent (PettingZoo) env, the prompt schedule
+eval/             the SPEC §10 evaluation protocol, its results and their files
+lazy              package attributes loaded on first use (PEP 562)
+policies/         language-model policies behind one small interface
+prompts           the paper's prompt template (GRAFT-SPEC §10)
+rewards/          the verifiable reward: last \\boxed{} answer, math-verify in worker processes
+threads           CPU threads: torch's count and OpenMP's waiting, chosen before torch starts
+types             the data between stages: rollouts, transferred groups, train batches
 """
 
 import gymnasium

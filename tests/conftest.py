@@ -1,18 +1,32 @@
-"""Fixtures every test folder shares: where the real benchmark files are, and one
-torch thread (tiny models run much faster on one thread when the 2 cores are shared).
+"""Fixtures every test folder shares: where the real benchmark files are, one torch thread
+(tiny models run much faster on one thread when the 2 cores are shared), and for the
+evaluation and comparison tests a tiny random-init policy, a scripted Policy test double
+and the shared verifier pool.
 
 Every checkout has the read-only benchmark files at `../shared/data` next to the
-project root (see that folder's README); `$GRAFT_DATA_DIR` points elsewhere.
+project root (see that folder's README); `$GRAFT_DATA_DIR` points elsewhere. The tiny
+model is built like tests/graft_env/policies/conftest.py does (random init, saved to a
+temporary directory, loaded through the real HFPolicy path) but with room for a real
+MATH500 prompt (1,024 positions).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import subprocess
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
+
+from graft_env.data import Problem
+from graft_env.policies import Generation, HFPolicy, HFPolicyOptions, SamplingParams
+from graft_env.policies.tiny.models import TinyShape, build_model
+from graft_env.policies.tiny.tokenizer import CHATML_STYLE, train_tokenizer
+from graft_env.rewards import VerifierPool, default_pool
 
 DEFAULT_DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -31,3 +45,123 @@ def one_torch_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+CORPUS = [
+    f"What is {a} + {b}? {a} + {b} = {a + b}. The answer is \\boxed{{{a + b}}}."
+    for a in range(0, 60, 3)
+    for b in range(0, 60, 7)
+]
+SHAPE = TinyShape(hidden=32, layers=2, heads=2, max_positions=1024)
+WRONG_ANSWER = "-987654321"
+
+Script = Callable[[int, int, int], str]
+"""`script(problem_index, call, sample_index) -> "right" | "wrong" | "none"`."""
+
+
+class ScriptedPolicy:
+    """The sampling half of the Policy protocol with answers fixed by a script.
+
+    A legitimate test double for the metric arithmetic: `generate` returns real
+    `Generation` objects whose text is the gold answer boxed ("right"), a wrong number
+    boxed ("wrong") or no boxed answer ("none"), chosen by `script(problem_index, call,
+    sample_index)`, where `call` counts earlier generate calls that included that prompt
+    (so repeat r of an evaluation sees call == r). Every sampling seed is recorded.
+    """
+
+    temperature = 1.0
+
+    def __init__(self, problems: Sequence[Problem], script: Script, name: str = "scripted"):
+        self.name = name
+        self.script = script
+        self.index = {self.format_prompt(p.problem): i for i, p in enumerate(problems)}
+        self.golds = [p.answer for p in problems]
+        self.calls: Counter[str] = Counter()
+        self.seeds: list[int] = []
+
+    def format_prompt(self, problem: str) -> str:
+        return f"Question: {problem}\nAnswer:"
+
+    def generate(
+        self, prompts: Sequence[str], n: int, sampling: SamplingParams
+    ) -> list[list[Generation]]:
+        self.seeds.append(sampling.seed)
+        groups = []
+        for prompt in prompts:
+            problem_index, call = self.index[prompt], self.calls[prompt]
+            self.calls[prompt] += 1
+            texts = {
+                "right": f"So the answer is \\boxed{{{self.golds[problem_index]}}}.",
+                "wrong": f"So the answer is \\boxed{{{WRONG_ANSWER}}}.",
+                "none": "I could not finish.",
+            }
+            groups.append(
+                [
+                    self._generation(texts[self.script(problem_index, call, sample)])
+                    for sample in range(n)
+                ]
+            )
+        return groups
+
+    @staticmethod
+    def _generation(text: str) -> Generation:
+        token_ids = [ord(char) for char in text]
+        return Generation(text, token_ids, np.zeros(len(token_ids), np.float32), "stop")
+
+
+def handmade_problems(prefix: str, answers: Sequence[str]) -> list[Problem]:
+    return [
+        Problem(
+            id=f"{prefix}/{i}", problem=f"Problem {prefix} {i}: find x.", answer=a, dataset=prefix
+        )
+        for i, a in enumerate(answers)
+    ]
+
+
+@pytest.fixture(scope="session")
+def verifier() -> VerifierPool:
+    """The process-wide pool: `graft eval` uses it too, so the tests start workers once."""
+    return default_pool()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("tiny-eval-model")
+    tokenizer = train_tokenizer(CORPUS, CHATML_STYLE)
+    model = build_model(
+        "llama", len(tokenizer), tokenizer.eos_token_id, tokenizer.pad_token_id, SHAPE, seed=3
+    )
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture(scope="session")
+def tiny_policy(tiny_model_dir: Path) -> HFPolicy:
+    return HFPolicy(tiny_model_dir, options=HFPolicyOptions(generation_batch_size=16))
+
+
+@pytest.fixture(scope="session")
+def scripted() -> type[ScriptedPolicy]:
+    """The `ScriptedPolicy` class (test modules cannot import from a conftest)."""
+    return ScriptedPolicy
+
+
+@pytest.fixture(scope="session")
+def handmade() -> Callable[[str, Sequence[str]], list[Problem]]:
+    """`handmade(prefix, answers)`: one hand-made Problem per gold answer."""
+    return handmade_problems
+
+
+@pytest.fixture
+def live_pid():
+    """The pid of a live process on this host (not this one), dead after `kill()` (a cell
+    lock's holder in the compare tests)."""
+    process = subprocess.Popen(["sleep", "60"])
+
+    def kill() -> None:
+        process.kill()
+        process.wait()
+
+    yield process.pid, kill
+    kill()

@@ -1,5 +1,5 @@
-"""Imports run one way, graft_env <- algorithms <- benchmarks, and no modules import each
-other in a circle. Every import statement counts: at module level, inside functions (lazy),
+"""Imports run one way, graft_env <- algorithms <- benchmarks, inside algorithms the learning
+rule <- storage <- library <- training, and no modules import each other in a circle. Every import statement counts: at module level, inside functions (lazy),
 under TYPE_CHECKING, and `import_module` of a literal name, as each is a dependency a
 reader must follow."""
 
@@ -11,6 +11,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 LAYERS = ("graft_env", "algorithms", "benchmarks")  # each may import only itself and those before
+# inside algorithms: the learning rule (top-level modules, core/, exchange/) first
+SUB_LAYERS = ("algorithms.storage", "algorithms.library", "algorithms.training")
 
 
 def modules(root: Path) -> dict[str, Path]:
@@ -77,10 +79,31 @@ def upward(graph: Mapping[str, set[str]]) -> list[str]:
     )
 
 
+def sub_layer(module: str) -> int:
+    """0 for the learning rule, then 1, 2, 3 for storage, library, training."""
+    for rank, prefix in enumerate(SUB_LAYERS, start=1):
+        if module == prefix or module.startswith(prefix + "."):
+            return rank
+    return 0
+
+
+def upward_in_algorithms(graph: Mapping[str, set[str]]) -> list[str]:
+    """`a -> b` for every import of a later sub-layer's module inside algorithms (the
+    package's own lazy __init__ belongs to the rule and imports by computed name only)."""
+    inside = {a: {b for b in bs if b.startswith("algorithms")} for a, bs in graph.items()}
+    return sorted(
+        f"{a} -> {b}"
+        for a, targets in inside.items()
+        if a.startswith("algorithms")
+        for b in targets
+        if sub_layer(b) > sub_layer(a)
+    )
+
+
 def circles(graph: Mapping[str, set[str]]) -> list[list[str]]:
     """Groups of modules that import each other (strongly connected, more than one module),
     leaving out a module's imports of its own enclosing packages (`from algorithms.exchange
-    import X` inside algorithms/exchange/gate.py: the package's __init__ runs first anyway);
+    import X` inside algorithms/exchange/graft.py: the package's __init__ runs first anyway);
     a package's imports of its submodules stay, so a circle through an __init__ is found."""
 
     def enclosing(a: str, b: str) -> bool:
@@ -100,6 +123,7 @@ def test_no_module_imports_a_later_layer_or_takes_part_in_a_circle():
     graph = edges(modules(REPO))
     assert len(graph) > 100  # the packages were found
     assert upward(graph) == []
+    assert upward_in_algorithms(graph) == []
     assert circles(graph) == []
 
 
@@ -134,4 +158,28 @@ def test_the_checks_find_an_upward_import_and_a_circle(tmp_path):
         ["algorithms.a", "algorithms.b"],
         ["benchmarks.top", "graft_env.low"],
         ["graft_env.pkg", "graft_env.pkg.sub", "graft_env.x"],
+    ]
+
+
+def test_the_sub_layer_check_finds_a_rule_importing_the_loop_and_storage_importing_a_library(
+    tmp_path,
+):
+    files = {
+        "graft_env/__init__.py": "",
+        "benchmarks/__init__.py": "",
+        "algorithms/__init__.py": "",
+        "algorithms/config.py": "from algorithms.training.loop import Trainer\n",
+        "algorithms/storage/__init__.py": "",
+        "algorithms/storage/store.py": "def f():\n    import algorithms.library.format\n",
+        "algorithms/library/__init__.py": "",
+        "algorithms/library/format.py": "from algorithms.storage import store\n",  # allowed
+        "algorithms/training/__init__.py": "",
+        "algorithms/training/loop.py": "from algorithms import config\n",  # allowed
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert upward_in_algorithms(edges(modules(tmp_path))) == [
+        "algorithms.config -> algorithms.training.loop",
+        "algorithms.storage.store -> algorithms.library.format",
     ]

@@ -6,6 +6,15 @@ work on numpy arrays; the losses work on torch tensors.
 
 Names load on first use (PEP 562): the numpy parts (which `AlgorithmConfig` and the
 exchange strategies import) load no torch, so a run config is validated without it.
+
+Modules:
+
+advantages        group-relative advantages (Eq.1; Dr.GRPO's variant)
+losses            the Eq.10 surrogate, its per-row variants, and the KL term
+ordering          minibatch order within an epoch (peer-last and its variants)
+selection         which prompts move (the Eq.4 gate and balancing, §7, §8)
+weights           compatibility scores and weights of transferred responses (Eq.6-8)
+_checks           input checks shared by the core functions
 """
 
 from __future__ import annotations

@@ -4,9 +4,18 @@
 `make_strategy(config)` builds the one `config.exchange` names. The protocol is in
 `algorithms.exchange.base`; CONTRIBUTING.md walks through adding a strategy.
 Built in: "none" (GRPO), "graft" (the gate and its ablations), "sgt", "hacpo".
+
+Modules:
+
+base              the strategy protocol (`ExchangeStrategy`) and its registry
+graft             GRAFT's strategy: gate, balancing, whole-group transfer, weights
+hacpo             HACPO: every agent learns from every peer's rollouts on every prompt
+none              "none": nothing moves (GRPO)
+sgt               SGT (Mutual RL): successful peer responses into failed groups
+stats             what an exchange did, per direction, for the logs
 """
 
-from algorithms.exchange import gate, hacpo, none, sgt
+from algorithms.exchange import graft, hacpo, none, sgt
 from algorithms.exchange.base import (
     ExchangeResult,
     ExchangeStrategy,
@@ -25,7 +34,7 @@ __all__ = [
     "ExchangeStrategy",
     "available_strategies",
     "filled_advantages",
-    "gate",
+    "graft",
     "hacpo",
     "make_strategy",
     "none",

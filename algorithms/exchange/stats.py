@@ -7,6 +7,7 @@ returns the whole `ExchangeStats` with its transfers (`ExchangeResult.stats`).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -87,3 +88,20 @@ class ExchangeStats:
                     np.mean([w for w in d.weights if w > 0])
                 )
         return metrics
+
+
+def distribution(prefix: str, values: Iterable[float]) -> dict[str, float]:
+    """Count, mean and quantiles of a list of values (empty list: count 0 only)."""
+    array = np.asarray(list(values), dtype=np.float64)
+    if array.size == 0:
+        return {f"{prefix}/count": 0.0}
+    q10, q50, q90 = np.quantile(array, [0.1, 0.5, 0.9])
+    return {
+        f"{prefix}/count": float(array.size),
+        f"{prefix}/mean": float(array.mean()),
+        f"{prefix}/min": float(array.min()),
+        f"{prefix}/p10": float(q10),
+        f"{prefix}/p50": float(q50),
+        f"{prefix}/p90": float(q90),
+        f"{prefix}/max": float(array.max()),
+    }

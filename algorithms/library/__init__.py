@@ -12,6 +12,16 @@ of used groups), `command` (`graft library`).
     from algorithms.library import build_library, read_library
     build_library(["runs/peer-seed0", "runs/peer-seed1"], "runs/lib")
     groups = read_library("runs/lib")
+
+Modules:
+
+build             build a library from the trajectory stores of runs
+choice            which stored group a prompt gets when several pass Eq.4
+format            the library on disk: one Parquet dataset of stored groups, keyed by prompt
+importers         import rollouts generated elsewhere (JSONL, Parquet)
+source            graft-library's peer: stored groups looked up by prompt
+staleness         how old the used library groups are, and how much of them was admitted
+trl_adapter       graft-library inside TRL's `GRPOTrainer`
 """
 
 from graft_env.lazy import lazy_exports

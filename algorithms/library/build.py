@@ -6,9 +6,9 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from algorithms.config_schema import parse_yaml
 from algorithms.library.format import LibraryError, LibraryGroup, prompt_key, write_library
-from algorithms.store import StoreError, TrajectoryStore
+from algorithms.storage.store import StoreError, TrajectoryStore
+from algorithms.storage.yaml_schema import parse_yaml
 
 
 def _run_models(run_dir: Path) -> dict[str, str]:

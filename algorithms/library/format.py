@@ -9,7 +9,7 @@ Layout::
 
 A new library is written into a hidden folder beside `LIB` and renamed into place, so a
 library that exists is complete; an appended part is written to a temporary name and
-renamed, then recorded in the manifest (as the run store does, `algorithms.store`). The
+renamed, then recorded in the manifest (as the run store does, `algorithms.storage.store`). The
 manifest is the commit point: a part it does not list (an append killed before recording
 it) is not read, only warned about. Builds and appends of one library take turns on the
 lock file (`fcntl.flock`; beside the library, as a new one has no folder yet); reads take
@@ -44,7 +44,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from algorithms.store import (
+from algorithms.storage.store import (
     MANIFEST,
     StoreCorruptError,
     atomic_write_bytes,
@@ -300,7 +300,7 @@ def _read_part(path: Path) -> pa.Table:
 @dataclass(frozen=True)
 class Library:
     """A library as one read saw it: its groups and the digest of the manifest that listed
-    their parts (which changes with every append: a run records it, `algorithms.loop`)."""
+    their parts (which changes with every append: a run records it, `algorithms.training.loop`)."""
 
     manifest_sha256: str
     groups: list[LibraryGroup]

@@ -21,7 +21,7 @@ from itertools import pairwise
 
 import numpy as np
 
-from algorithms.metrics import distribution
+from algorithms.exchange.stats import distribution
 
 STEP_EDGES = (1, 10, 100)
 HOUR_EDGES = (1, 24, 168)  # an hour, a day, a week

@@ -72,7 +72,7 @@ from algorithms.library import LIBRARY_AGENT
 from algorithms.library.choice import CHOICES
 from algorithms.library.format import LibraryError, prompt_key
 from algorithms.library.source import LibrarySource, Lookup
-from algorithms.rollout import step_rng
+from algorithms.rollouts import step_rng
 from graft_env.rewards import verify_batch
 from graft_env.types import AgentRollouts, ScoredText, TransferredGroup
 

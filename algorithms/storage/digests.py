@@ -1,9 +1,10 @@
 """Size and SHA-256 records of files, checked when the files are read back.
 
-Checkpoints (`algorithms.checkpoint`) and the trajectory store (`algorithms.store`) keep
-a manifest of such records beside what they write: ``{name: {"size": ..., "sha256": ...}}``.
-A file whose size or digest no longer matches its record was damaged after it was
-written (a flipped bit, a truncated copy) and must not be trusted.
+Checkpoints (`algorithms.training.checkpoint`) and the trajectory store
+(`algorithms.storage.store`) keep a manifest of such records beside what they write:
+``{name: {"size": ..., "sha256": ...}}``. A file whose size or digest no longer matches
+its record was damaged after it was written (a flipped bit, a truncated copy) and must not
+be trusted.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from algorithms.digests import file_record, mismatch
+from algorithms.storage.digests import file_record, mismatch
 from graft_env.types import AgentRollouts
 
 SCHEMA = pa.schema(

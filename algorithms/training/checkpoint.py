@@ -28,8 +28,8 @@ from typing import Any
 
 from safetensors import SafetensorError
 
-from algorithms.digests import file_record, mismatch
 from algorithms.exchange import ExchangeStrategy
+from algorithms.storage.digests import file_record, mismatch
 from graft_env.policies import Policy
 
 log = logging.getLogger(__name__)

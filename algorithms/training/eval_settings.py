@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, Strict
 
-from algorithms.config_schema import Count, Flag, Positive, Share
+from algorithms.storage.yaml_schema import Count, Flag, Positive, Share
 from graft_env.eval.protocol import PROTOCOL
 
 Temperature = Annotated[float, Strict(), Field(gt=0, le=100)]

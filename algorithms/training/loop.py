@@ -8,12 +8,12 @@ loop. One step, for the shared prompt batch of step t:
 2. verify    the multi-agent environment scores every response (math-verify); a
              library (graft-library) is then looked up for the all-fail prompts, its
              groups re-verified (`algorithms.library.source`), and dynamic sampling
-             refills the batch (`algorithms.rollout.refill`);
+             refills the batch (`algorithms.rollouts.refill`);
 3. exchange  the algorithm computes advantages and its exchange strategy picks the
              transfers, scoring peer texts under each receiver's π_old (`scoring`);
 4. update    each live policy runs its `TrainBatch` in the algorithm's minibatch order;
 5. store     the live agents' groups go to the run's trajectory store, and the step's
-             metrics rows are computed (`algorithms.step`).
+             metrics rows are computed (`algorithms.training.step`).
 
 Every policy is started on its sampling and its update before any is waited for
 (`Policy.generate_async`, `update_async`): Ray actors work at once, a policy in this
@@ -33,12 +33,21 @@ import yaml
 
 import algorithms
 from algorithms.algorithm import Algorithm, BatchCounts
-from algorithms.checkpoint import restore_checkpoint, save_checkpoint
 from algorithms.exchange import ExchangeResult
 from algorithms.library.source import Lookup
-from algorithms.metrics import MetricsLog
-from algorithms.periodic_eval import PeriodicEvaluator
-from algorithms.resume import (
+from algorithms.rollouts import (
+    generated_rollouts,
+    refill,
+    refill_seed,
+    response_texts,
+    sampling_seed,
+    step_rng,
+)
+from algorithms.storage.store import StoredRollouts, StoreError, TrajectoryStore, atomic_write_bytes
+from algorithms.training.checkpoint import restore_checkpoint, save_checkpoint
+from algorithms.training.metrics import MetricsLog
+from algorithms.training.periodic_eval import PeriodicEvaluator
+from algorithms.training.resume import (
     check_config,
     check_library_unchanged,
     check_peer_store,
@@ -47,19 +56,15 @@ from algorithms.resume import (
     stream_meta,
     usable_checkpoint,
 )
-from algorithms.rollout import (
-    generated_rollouts,
-    refill,
-    refill_seed,
-    response_texts,
-    sampling_seed,
-    step_rng,
+from algorithms.training.run_config import (
+    ConfigError,
+    TrainConfig,
+    check_stored_source,
+    run_library,
 )
-from algorithms.run_config import ConfigError, TrainConfig, check_stored_source, run_library
-from algorithms.run_dir import create_run_dir
-from algorithms.step import StepRecord, step_metrics, timed, update_policies
-from algorithms.store import StoredRollouts, StoreError, TrajectoryStore, atomic_write_bytes
-from algorithms.wandb_sink import WandbSink
+from algorithms.training.run_dir import create_run_dir
+from algorithms.training.step import StepRecord, step_metrics, timed, update_policies
+from algorithms.training.wandb_sink import WandbSink
 from graft_env.envs import MultiAgentMathEnv, prompt_batch_indices
 from graft_env.policies import Generation, Policy, SamplingParams, load_policy
 from graft_env.types import AgentRollouts, ScoredText, Scorer, TrainBatch
@@ -72,7 +77,7 @@ Groups = dict[str, list[list[Generation]]]  # each live agent's sampled groups
 def make_policies(config: TrainConfig) -> dict[str, Policy]:
     """The run's policies: in this process, or one Ray actor each (`backend: ray`)."""
     if config.backend == "ray":
-        from algorithms.ray import make_ray_policies
+        from algorithms.training.ray import make_ray_policies
 
         return make_ray_policies(config)
     return {a.name: load_policy(a.model, **dict(a.options)) for a in config.agents}
@@ -131,7 +136,7 @@ class Trainer:
 
     def open(self, resume: bool = True) -> None:
         """Prepare the run directory; resume from its newest intact checkpoint if any
-        (`algorithms.resume` says what it must agree with)."""
+        (`algorithms.training.resume` says what it must agree with)."""
         create_run_dir(self.run_dir)
         ours = self.config.to_dict()
         check_config(self.run_dir, ours)
@@ -321,7 +326,7 @@ class Trainer:
     # --- the whole run ---------------------------------------------------------
     def train(self, resume: bool = True, on_step: Callable[[StepRecord], None] | None = None):
         """Run (or resume) to `config.steps`; returns every metrics row of the run."""
-        from algorithms.progress import StepProgress
+        from algorithms.training.progress import StepProgress
 
         self.open(resume=resume)
         with StepProgress(self.config.steps, self.step, enabled=self.config.progress) as progress:
@@ -348,7 +353,7 @@ class Trainer:
             metrics.update(results[name], **{"time/eval": record.timings["eval"]})
 
     def _save_checkpoint(self) -> None:
-        """Checkpoint the completed steps (`algorithms.checkpoint`), keeping the newest."""
+        """Checkpoint the completed steps (`algorithms.training.checkpoint`), keeping the newest."""
         library_sha256 = self.library.manifest_sha256 if self.library else None
         state = loop_state(self.step, self.algorithm.name, self.algorithm.strategy, library_sha256)
         self.checkpoint = save_checkpoint(

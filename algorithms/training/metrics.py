@@ -3,7 +3,7 @@
 `MetricsLog` appends one JSON object per (step, agent) to ``metrics.jsonl`` and,
 when the `tensorboard` package is importable, mirrors every number to TensorBoard
 event files under ``tensorboard/`` (and to wandb when the run config asks for it,
-see `algorithms.wandb_sink`). On resume the JSONL is cut back to the steps
+see `algorithms.training.wandb_sink`). On resume the JSONL is cut back to the steps
 before the checkpoint, so a resumed run's log equals an uninterrupted one's; a torn
 last line (the run was killed while appending it) is dropped with a warning.
 """
@@ -13,15 +13,16 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from algorithms.exchange import ExchangeStats
-from algorithms.store import atomic_write_bytes
-from algorithms.wandb_sink import WandbSink
+from algorithms.exchange.stats import distribution
+from algorithms.storage.store import atomic_write_bytes
+from algorithms.training.wandb_sink import WandbSink
 from graft_env.types import AgentRollouts
 
 log = logging.getLogger(__name__)
@@ -84,23 +85,6 @@ def rollout_metrics(rollouts: AgentRollouts, status_counts: Mapping[str, int]) -
     }
     metrics.update({f"verifier/{status}": float(c) for status, c in status_counts.items()})
     return metrics
-
-
-def distribution(prefix: str, values: Iterable[float]) -> dict[str, float]:
-    """Count, mean and quantiles of a list of values (empty list: count 0 only)."""
-    array = np.asarray(list(values), dtype=np.float64)
-    if array.size == 0:
-        return {f"{prefix}/count": 0.0}
-    q10, q50, q90 = np.quantile(array, [0.1, 0.5, 0.9])
-    return {
-        f"{prefix}/count": float(array.size),
-        f"{prefix}/mean": float(array.mean()),
-        f"{prefix}/min": float(array.min()),
-        f"{prefix}/p10": float(q10),
-        f"{prefix}/p50": float(q50),
-        f"{prefix}/p90": float(q90),
-        f"{prefix}/max": float(array.max()),
-    }
 
 
 def agent_step_metrics(

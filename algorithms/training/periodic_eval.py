@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from algorithms.config_schema import Count
-from algorithms.eval_spec import EvalSettings, sampling_args
+from algorithms.storage.yaml_schema import Count
+from algorithms.training.eval_settings import EvalSettings, sampling_args
 from graft_env.data import Problem, load
 from graft_env.data.procedural import SKILLS
 

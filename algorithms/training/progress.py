@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 if TYPE_CHECKING:
-    from algorithms.step import StepRecord
+    from algorithms.training.step import StepRecord
 
 
 def summary(record: StepRecord) -> str:

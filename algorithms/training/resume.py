@@ -18,11 +18,11 @@ from typing import Any
 
 import torch
 
-from algorithms.checkpoint import exchange_state, has_checkpoints, latest_checkpoint
 from algorithms.exchange import ExchangeStrategy
-from algorithms.run_config import ConfigError, TrainConfig, parse_yaml, result_differences
-from algorithms.run_dir import holds_steps, set_aside
-from algorithms.store import StoreError, TrajectoryStore
+from algorithms.storage.store import StoreError, TrajectoryStore
+from algorithms.training.checkpoint import exchange_state, has_checkpoints, latest_checkpoint
+from algorithms.training.run_config import ConfigError, TrainConfig, parse_yaml, result_differences
+from algorithms.training.run_dir import holds_steps, set_aside
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ def usable_checkpoint(run_dir: Path, resume: bool) -> tuple[Path, dict[str, Any]
     """The newest intact checkpoint to resume from, or None to start at step 0.
 
     A directory whose checkpoints are all unusable restarts from step 0, its earlier
-    files set aside (`algorithms.run_dir.set_aside`), never deleted; call this before
+    files set aside (`algorithms.training.run_dir.set_aside`), never deleted; call this before
     the run's config.yaml replaces the one that describes those files."""
     checkpoints = run_dir / "checkpoints"
     found = latest_checkpoint(checkpoints) if resume else None

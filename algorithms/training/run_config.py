@@ -7,7 +7,7 @@ same dataclasses are built from a YAML file (`load_config`) or from Python, and
 `agents.0.options.lr=1e-5`, `algorithm_options.delta=0.5`).
 
 The dataclasses are the schema: each field's type (with its range, `Positive`, `Share`, ...)
-and help text are written once, on the field; `algorithms.config_schema` checks data against
+and help text are written once, on the field; `algorithms.storage.yaml_schema` checks data against
 them, so every error is one line naming the full key (`env.batch_size: 'abc' is not an
 integer`, `agents.0.options.lrr: unknown option; valid: ...`), and prints them (`graft config
 show`). What types cannot say (agent names, policy options, the dataset and algorithm) is
@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import ConfigDict, ValidationError
 
-from algorithms.config_schema import (
+from algorithms.library.choice import LibraryChoice
+from algorithms.storage.yaml_schema import (
     ConfigError,
     Count,
     Flag,
@@ -43,10 +44,11 @@ from algorithms.config_schema import (
     read_yaml_mapping,
     validate_as,
 )
-from algorithms.config_schema import parse_yaml as parse_yaml  # re-exported (algorithms.loop)
-from algorithms.library.choice import LibraryChoice
-from algorithms.periodic_eval import EvalSpec
-from algorithms.wandb_sink import WandbSpec
+from algorithms.storage.yaml_schema import (
+    parse_yaml as parse_yaml,  # re-exported (algorithms.training.loop)
+)
+from algorithms.training.periodic_eval import EvalSpec
+from algorithms.training.wandb_sink import WandbSpec
 
 if TYPE_CHECKING:
     from algorithms.config import AlgorithmConfig
@@ -71,7 +73,7 @@ class AgentSpec:
 
 
 @dataclass(frozen=True)
-class EnvSpec:
+class EnvSection:
     """The shared prompt stream."""
 
     dataset: Text = field(default="procedural", metadata={"help": "registry name (graft data)"})
@@ -132,7 +134,7 @@ class TrainConfig:
     algorithm_options: Mapping[str, Any] = field(
         default_factory=dict, metadata={"help": "AlgorithmConfig overrides, e.g. {n: 8}"}
     )
-    env: EnvSpec = field(default_factory=EnvSpec)
+    env: EnvSection = field(default_factory=EnvSection)
     sampling: SamplingSpec = field(default_factory=SamplingSpec)
     steps: Positive = field(default=10, metadata={"help": "training steps (a resumed run's total)"})
     seed: Count = field(default=0, metadata={"help": "seeds the prompt stream and sampling"})
@@ -368,7 +370,7 @@ def config_from_dict(data: Mapping[str, Any], overrides: Sequence[str] = ()) -> 
     return config
 
 
-def check_env(env: EnvSpec) -> None:
+def check_env(env: EnvSection) -> None:
     """Load the prompt stream as the run will (split, option names and values, data files):
     the run loads it only after its models, minutes later with real ones. Not part of
     `_check`, which every config a grid builds goes through: loading takes a moment (0.3 s

@@ -15,8 +15,8 @@ import shutil
 import time
 from pathlib import Path
 
-from algorithms.checkpoint import has_checkpoints
-from algorithms.run_config import ConfigError
+from algorithms.training.checkpoint import has_checkpoints
+from algorithms.training.run_config import ConfigError
 
 MARKER = "graft-run.json"
 EARLIER = "earlier-"

@@ -15,7 +15,7 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-from algorithms.run_config import TrainConfig
+from algorithms.training.run_config import TrainConfig
 
 
 def run_summary(

@@ -1,6 +1,6 @@
 """What one training step produces, and the phases of it that need no `Trainer` state.
 
-`Trainer.run_step` (algorithms.loop) runs the phases in order; the ones here are pure
+`Trainer.run_step` (algorithms.training.loop) runs the phases in order; the ones here are pure
 functions of their inputs: the update of every policy on its batch (`update_policies`),
 the metrics rows (`step_metrics`) and the phase timer (`timed`).
 """
@@ -18,7 +18,7 @@ import numpy as np
 from algorithms.algorithm import BatchCounts
 from algorithms.exchange import ExchangeStats
 from algorithms.library.source import Lookup, lookup_metrics
-from algorithms.metrics import agent_step_metrics
+from algorithms.training.metrics import agent_step_metrics
 from graft_env.policies import LossFn, Policy
 from graft_env.types import AgentRollouts, TrainBatch, TransferredGroup
 

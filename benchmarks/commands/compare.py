@@ -14,7 +14,7 @@ import argparse
 import logging
 from pathlib import Path
 
-DEFAULT_GRID = Path(__file__).resolve().parents[1] / "configs" / "grids" / "compare_tiny.yaml"
+DEFAULT_GRID = Path(__file__).resolve().parents[2] / "configs" / "grids" / "compare_tiny.yaml"
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -59,10 +59,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from benchmarks.compare import LOG_FORMAT, finished_results, run_grid
-    from benchmarks.compare_grid import load_grid
-    from benchmarks.compare_plots import write_plots
-    from benchmarks.compare_report import cell_records, write_reports
+    from benchmarks.compare.grid import load_grid
+    from benchmarks.compare.plots import write_plots
+    from benchmarks.compare.report import cell_records, write_reports
+    from benchmarks.compare.run import LOG_FORMAT, finished_results, run_grid
 
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     workers = [] if args.workers is None else [f"workers={args.workers}"]

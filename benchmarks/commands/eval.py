@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from algorithms import eval_spec
+from algorithms.training import eval_settings
 from graft_env.eval.protocol import PROTOCOL
 
 if TYPE_CHECKING:  # the harness imports torch: only `run` needs it, not `graft eval --help`
@@ -91,12 +91,12 @@ def option(
 ) -> None:
     """`--name` with the default and help of `EvalSettings` field `name` (the protocol's,
     shared with run configs' and grids' `eval:` sections)."""
-    value = eval_spec.default(name)
+    value = eval_settings.default(name)
     parser.add_argument(
         f"--{name.replace('_', '-')}",
         type=kind,
         default=value,
-        help=f"{eval_spec.help_of(name)}{more} (default: {value})",
+        help=f"{eval_settings.help_of(name)}{more} (default: {value})",
     )
 
 
@@ -200,7 +200,7 @@ def markdown(result: EvalResult) -> str:
 
 def procedural_options(assignments: list[str], datasets: list[str]) -> dict[str, object]:
     """--procedural KEY=VALUE options; an error when no procedural/<skill> set is named."""
-    from algorithms.run_config import apply_override
+    from algorithms.training.run_config import apply_override
 
     options: dict[str, object] = {}
     for assignment in assignments:
@@ -211,8 +211,8 @@ def procedural_options(assignments: list[str], datasets: list[str]) -> dict[str,
 
 
 def run(args: argparse.Namespace) -> int:
-    from algorithms.periodic_eval import eval_sets
-    from algorithms.run_config import apply_override, check_policy_options
+    from algorithms.training.periodic_eval import eval_sets
+    from algorithms.training.run_config import apply_override, check_policy_options
     from graft_env.eval.evaluate import PAPER_BENCHMARKS, evaluate
     from graft_env.policies import load_policy
 

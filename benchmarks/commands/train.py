@@ -6,11 +6,11 @@ import argparse
 import logging
 from pathlib import Path
 
-from algorithms.run_config import load_config
+from algorithms.training.run_config import load_config
 from graft_env.threads import resolve_threads, torch_threads
 
 # the study in miniature (issue 16): the testbed pair, built on first use
-DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "testbed_pair_graft.yaml"
+DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "testbed_pair_graft.yaml"
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -44,9 +44,9 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     config = load_config(args.config, args.overrides)
     # only now torch (the loop, checkpoints): a refused config is refused in a second
-    from algorithms.loop import Trainer
-    from algorithms.run_dir import check_fresh, remove_fresh
-    from algorithms.run_summary import run_summary
+    from algorithms.training.loop import Trainer
+    from algorithms.training.run_dir import check_fresh, remove_fresh
+    from algorithms.training.run_summary import run_summary
 
     threads = resolve_threads(config.threads)
     if args.fresh:

@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 import algorithms
-from algorithms.eval_spec import EvalSettings
-from algorithms.run_config import TrainConfig, config_from_dict, without_inert_eval
-from benchmarks.compare_grid import (
+from algorithms.training.eval_settings import EvalSettings
+from algorithms.training.run_config import TrainConfig, config_from_dict, without_inert_eval
+from benchmarks.compare.grid import (
     AlgorithmEntry,
     GridError,
     GridSpec,
@@ -79,7 +79,7 @@ def model_identity(model: str, options: Mapping[str, Any]) -> str:
     """What a model name loads: a built-in pair's build (tiny pair, testbed: its cache key),
     or the resolved path."""
     if model in TINY_NAMES + TESTBED_NAMES:
-        from graft_env.policies.tiny_config import cache_key, pair_of
+        from graft_env.policies.tiny.config import cache_key, pair_of
 
         config = pair_of(model)
         key = cache_key(config, int(options.get("tiny_seed", 0)))

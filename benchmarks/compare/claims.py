@@ -20,7 +20,7 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.compare_cells import Cell, read_result
+from benchmarks.compare.cells import Cell, read_result
 
 LOCK_FILE = "claim.lock"  # in a cell's directory while a process runs the cell
 CLAIMS_MUTEX = ".claims.lock"  # in the output directory

@@ -35,7 +35,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, ConfigDict, Field
 
 import algorithms
-from algorithms.config_schema import (
+from algorithms.storage.yaml_schema import (
     ConfigError,
     Count,
     Flag,
@@ -45,7 +45,7 @@ from algorithms.config_schema import (
     read_yaml_mapping,
     validate_as,
 )
-from algorithms.eval_spec import EvalSettings
+from algorithms.training.eval_settings import EvalSettings
 from graft_env.data import available as available_datasets
 from graft_env.data.procedural import SKILLS
 from graft_env.eval.protocol import PROTOCOL
@@ -340,7 +340,7 @@ def _algorithms(
 def default_own_skills(model: str) -> tuple[str, ...] | None:
     """A built-in pair member's own skills (tiny pair, testbed) from its build config;
     None for other models."""
-    from graft_env.policies.tiny_config import pair_of
+    from graft_env.policies.tiny.config import pair_of
 
     config = pair_of(model)
     specs = {spec.name: spec.skills for spec in config.models} if config else {}

@@ -11,7 +11,7 @@
 
 Every curve is mean ± std over seeds (sample std), drawn as a line with a band, on the
 steps every seed has a value for. Rows are keyed (model, pair id, label) as in
-`benchmarks.compare_report`.
+`benchmarks.compare.report`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from benchmarks.compare_report import Key, Record, grouped, peer_record, seed_stats
+from benchmarks.compare.report import Key, Record, grouped, peer_record, seed_stats
 
 Curve = dict[str, list[float]]  # {"step": [...], "mean": [...], "std": [...]}
 

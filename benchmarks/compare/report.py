@@ -1,6 +1,6 @@
 """The comparison reports: the paper-style table, the compute table and the curves' data.
 
-Input is the list of cell results `benchmarks.compare.run_grid` returns (or the cells'
+Input is the list of cell results `benchmarks.compare.run.run_grid` returns (or the cells'
 ``result.json`` files); `cell_records` flattens them into one record per (cell, updated
 model), and every table and curve is computed from those records, so the arithmetic can
 be checked on hand-made records.
@@ -14,7 +14,7 @@ be checked on hand-made records.
   share its peer's model, trained the same way with the same seed, solves at least once.
 - Compute table: steps, rollouts generated and training seconds up to the evaluated
   checkpoint (best or final), per cell, mean over seeds.
-The curves (learning, complementarity) are in `benchmarks.compare_plots`.
+The curves (learning, complementarity) are in `benchmarks.compare.plots`.
 """
 
 from __future__ import annotations

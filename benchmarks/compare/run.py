@@ -1,6 +1,6 @@
 """`graft compare`: every cell of a grid through the one training loop, then the harness.
 
-For each cell (see `benchmarks.compare_cells`): `algorithms.loop.Trainer(config).train()`
+For each cell (see `benchmarks.compare.cells`): `algorithms.training.loop.Trainer(config).train()`
 (which resumes an interrupted run from its own checkpoints), then `graft_env.eval.evaluate`
 on each updated model's best or final checkpoint. The cell's ``result.json`` records the
 config and its hash, the seed, package versions and git commit (`report.run_provenance`),
@@ -43,11 +43,11 @@ from typing import Any, TextIO
 import pyarrow.dataset as ds
 from rich.console import Console
 
-from algorithms.checkpoint import latest_checkpoint
-from algorithms.eval_spec import sampling_args
-from algorithms.periodic_eval import eval_sets
-from algorithms.store import TrajectoryStore
-from benchmarks.compare_cells import (
+from algorithms.storage.store import TrajectoryStore
+from algorithms.training.checkpoint import latest_checkpoint
+from algorithms.training.eval_settings import sampling_args
+from algorithms.training.periodic_eval import eval_sets
+from benchmarks.compare.cells import (
     RESULT_FILE,
     STARTED_FILE,
     Cell,
@@ -56,8 +56,8 @@ from benchmarks.compare_cells import (
     read_result,
     remove_cell,
 )
-from benchmarks.compare_claims import claim_next, release, remove_locks_of
-from benchmarks.compare_grid import GridError, GridSpec
+from benchmarks.compare.claims import claim_next, release, remove_locks_of
+from benchmarks.compare.grid import GridError, GridSpec
 from graft_env.data import Problem
 from graft_env.eval.report import result_dict, run_provenance
 from graft_env.threads import resolve_threads, torch_threads
@@ -177,8 +177,8 @@ def run_cell(
     final_sets: Mapping[str, list[Problem]],
 ) -> dict[str, Any]:
     """Train (or resume) one cell, evaluate its models, write and return its result."""
-    from algorithms.loop import Trainer
-    from benchmarks.eval_command import write_outputs
+    from algorithms.training.loop import Trainer
+    from benchmarks.commands.eval import write_outputs
     from graft_env.eval.evaluate import evaluate
     from graft_env.policies import load_policy
 

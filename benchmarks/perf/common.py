@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from algorithms.run_config import TrainConfig, config_from_dict
+from algorithms.training.run_config import TrainConfig, config_from_dict
 from graft_env.threads import resolve_threads
 from graft_env.types import TrainBatch, TrainSequence
 
@@ -98,7 +98,7 @@ def step_phase_times(
 ) -> list[dict[str, float]]:
     """Per-step seconds of every `LOOP_PHASES` phase and the whole "step", of one fresh run
     of `algorithm` training `models` (lr 1e-4) on 500 procedural problems."""
-    from algorithms.loop import Trainer
+    from algorithms.training.loop import Trainer
 
     options = {"lr": 1e-4, "device": device, "dtype": dtype, "autocast": autocast}
     agents = [{"name": m, "model": m, "options": dict(options)} for m in models]

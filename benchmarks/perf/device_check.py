@@ -10,13 +10,13 @@ names or model directories) and a larger random-init Llama built with
 records:
 
 - sampling: generation log-probs against `score_tokens` and against the training
-  forward (`forward.response_logprobs`, as tests/policies/test_hf_sampling.py
+  forward (`forward.response_logprobs`, as tests/graft_env/policies/test_hf_sampling.py
   does), max and mean |diff| per token; the same seed twice gives the same tokens;
   generation tokens/s (second, warm call) and peak CUDA memory;
 - peer: every model's texts scored by every other model (`score` re-tokenises),
   mean token log-likelihood;
 - update: one GRPO update on a fixed batch of those samples (as
-  tests/policies/test_hf_update.py): loss before/after, share of weights changed,
+  tests/graft_env/policies/test_hf_update.py): loss before/after, share of weights changed,
   seconds; a second update gives update tokens/s and peak memory; on the large
   model also with gradient checkpointing;
 - save_load: `save` then `load` leave the log-probs identical (max |diff|).
@@ -59,8 +59,8 @@ from benchmarks.perf.device_checks import (
 )
 from benchmarks.perf.device_summary import summary
 from graft_env.policies import HFPolicyOptions, load_policy
-from graft_env.policies.hf_options import load_tokenizer
-from graft_env.policies.tiny_models import TinyShape, build_model
+from graft_env.policies.loading import load_tokenizer
+from graft_env.policies.tiny.models import TinyShape, build_model
 from graft_env.policies.zoo import model_path
 
 SCALE_NAME = "scale-llama"

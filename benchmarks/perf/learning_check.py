@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from algorithms.loop import Trainer
+from algorithms.training.loop import Trainer
 from benchmarks.perf.common import add_threads_option, procedural_run
 from graft_env.data import load
 from graft_env.eval.evaluate import evaluate

@@ -47,9 +47,9 @@ from benchmarks.perf.common import (
 )
 from graft_env.policies import Generation, HFPolicy, HFPolicyOptions, SamplingParams
 from graft_env.policies.forward import pack_prompt_response, position_ids_from_mask
-from graft_env.policies.hf_options import DTYPES
-from graft_env.policies.tiny_models import TinyShape, build_model
-from graft_env.policies.tiny_tokenizer import PLAIN_STYLE, train_tokenizer
+from graft_env.policies.loading import DTYPES
+from graft_env.policies.tiny.models import TinyShape, build_model
+from graft_env.policies.tiny.tokenizer import PLAIN_STYLE, train_tokenizer
 from graft_env.types import TrainBatch
 
 SMOLLM2_SHAPE = {  # HuggingFaceTB/SmolLM2-135M's config.json

@@ -29,10 +29,10 @@ from typing import Any
 
 import torch
 
-from algorithms.loop import Trainer, make_policies
-from algorithms.ray import RayPolicy, TrafficMeter, parse_ray_options
-from algorithms.ray.cluster import connect
-from algorithms.run_config import TrainConfig
+from algorithms.training.loop import Trainer, make_policies
+from algorithms.training.ray import RayPolicy, TrafficMeter, parse_ray_options
+from algorithms.training.ray.cluster import connect
+from algorithms.training.run_config import TrainConfig
 from benchmarks.perf.common import LOOP_PHASES, add_threads_option, procedural_run
 from graft_env.policies import Policy, SamplingParams
 

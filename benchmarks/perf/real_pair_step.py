@@ -19,8 +19,8 @@ import time
 
 import torch
 
-from algorithms.loop import Trainer
-from algorithms.run_config import load_config
+from algorithms.training.loop import Trainer
+from algorithms.training.run_config import load_config
 from benchmarks.perf.common import REPO, add_threads_option
 
 DEFAULT_CONFIG = REPO / "configs" / "real_pair_gsm8k.yaml"

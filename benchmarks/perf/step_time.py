@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.perf.common import LOOP_PHASES, add_threads_option, step_phase_times
-from graft_env.policies.hf_options import DTYPES
+from graft_env.policies.loading import DTYPES
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

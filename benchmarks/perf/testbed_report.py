@@ -24,10 +24,10 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-from algorithms.loop import StepRecord, Trainer
+from algorithms.training.loop import StepRecord, Trainer
 from benchmarks.perf.common import procedural_run
 from graft_env.data.procedural import LEVELS
-from graft_env.policies.tiny_config import TESTBED, pair_of
+from graft_env.policies.tiny.config import TESTBED, pair_of
 
 
 def pair_levels(models: list[str]) -> list[int]:

@@ -65,8 +65,8 @@ def _peak_rss() -> int:
 
 def run_ours(workload: Workload, steps: int, warmup: int, run_dir: Path) -> RunResult:
     """GRPO through the common loop (`Trainer.run_step`), one agent."""
-    from algorithms.loop import Trainer
-    from algorithms.run_config import config_from_dict
+    from algorithms.training.loop import Trainer
+    from algorithms.training.run_config import config_from_dict
 
     spec = workload.spec
     total = warmup + steps

@@ -1,6 +1,6 @@
 """The pre-registered library comparison (issue 19; docs/study/LIBRARY-PREREGISTRATION.md).
 
-    python -m benchmarks.library_report --grid configs/grids/library.yaml \
+    python -m benchmarks.study.library_report --grid configs/grids/library.yaml \
         --runs runs/compare/study --out docs/results/library
 
 Per model: each row's mean average pass@1 with its interval, L1 (the library row − the
@@ -26,11 +26,11 @@ from typing import Any
 import numpy as np
 
 from algorithms.library.staleness import STEP_EDGES, bucket_labels
-from benchmarks.compare import finished_results
-from benchmarks.compare_grid import GridError, load_grid
-from benchmarks.compare_report import cell_records
-from benchmarks.study_report import Logs, funnel, metrics_logs, points
-from benchmarks.study_stats import label_interval, paired_difference, verdict
+from benchmarks.compare.grid import GridError, load_grid
+from benchmarks.compare.report import cell_records
+from benchmarks.compare.run import finished_results
+from benchmarks.study.report import Logs, funnel, metrics_logs, points
+from benchmarks.study.stats import label_interval, paired_difference, verdict
 
 L2_MARGIN = 1.0  # points: the library may trail the step-aligned replay by this much
 LOOKUP = (  # library/<name>: counted per step
@@ -126,7 +126,7 @@ def render(report: Mapping[str, Any]) -> str:
     steps = report["steps"]
     lines = ["# Trajectory library vs training alone and the step-aligned replay (issue 19)", ""]
     lines += ["Pre-registered in docs/study/LIBRARY-PREREGISTRATION.md; made by", ""]
-    lines += [f"    python -m benchmarks.library_report --grid {report['grid']} ...", ""]
+    lines += [f"    python -m benchmarks.study.library_report --grid {report['grid']} ...", ""]
     lines += ["| model | row | seeds | average pass@1, % [95 % CI] |", "|---|---|---:|---:|"]
     for model, entry in report["models"].items():
         for label, d in entry["rows"].items():

@@ -1,4 +1,4 @@
-"""The study report's figures (`benchmarks.study_report`): learning curves as small
+"""The study report's figures (`benchmarks.study.report`): learning curves as small
 multiples (one panel per family of labels, one row per model) and the exchange funnel over
 training. Every label keeps its colour, line style and marker (`Styles`) in every figure, and
 the legend sits below the panels.
@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
-from benchmarks.compare_plots import Curve
+from benchmarks.compare.plots import Curve
 
 Style = tuple[str, Any, str]  # colour, line style, marker
 Styles = Mapping[str, Style]  # label -> its style, in legend order

@@ -6,6 +6,16 @@ and a procedural arithmetic family for fast tests and tiny models.
     practice = load("procedural", "train", skills=["addition", "gcd"], size=100)
 
 Importing this package registers every built-in dataset.
+
+Modules:
+
+benchmarks        the real datasets: the five evaluation benchmarks, MATH train and GSM8K
+boxed             find the final answer a solution put in \\boxed{...} (or \\fbox{...})
+files             where the data directory is; reading its JSONL files row by row
+normalise         one raw benchmark row -> a `Problem`
+problem           the record every loader returns, and the error they raise
+procedural/       procedural arithmetic tasks (the tiny pair's and the testbed's data)
+registry          dataset registry: one name per dataset, one `load` for all
 """
 
 from graft_env.data import benchmarks, procedural  # importing registers their datasets

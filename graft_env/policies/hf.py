@@ -24,7 +24,7 @@ import torch
 from graft_env.policies.base import FINISH_REASONS, Done, Generation, LossFn, SamplingParams
 from graft_env.policies.forward import response_logprobs
 from graft_env.policies.generation import sample
-from graft_env.policies.hf_options import DTYPES, load_model, load_tokenizer
+from graft_env.policies.loading import DTYPES, load_model, load_tokenizer
 from graft_env.policies.options import HFPolicyOptions
 from graft_env.policies.packed import PackedWeights
 from graft_env.policies.precision import half_precision_training_error

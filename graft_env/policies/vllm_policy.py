@@ -56,7 +56,7 @@ import torch
 
 from graft_env.policies.base import Generation, LossFn, SamplingParams
 from graft_env.policies.hf import HFPolicy
-from graft_env.policies.hf_options import DTYPES
+from graft_env.policies.loading import DTYPES
 from graft_env.policies.options import HFPolicyOptions, VLLMEngineOptions
 from graft_env.types import TrainBatch
 

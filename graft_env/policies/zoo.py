@@ -34,8 +34,10 @@ def model_path(
 def _builtin_path(name: str, cache: Path, tiny_seed: int) -> Path | None:
     """The local directory of a built-in name (building or converting it if needed)."""
     if name in TINY_NAMES + TESTBED_NAMES:
-        from graft_env.policies.tiny import build_tiny_pair  # heavy build code, only when needed
-        from graft_env.policies.tiny_config import pair_of
+        from graft_env.policies.tiny.build import (
+            build_tiny_pair,  # heavy build code, only when needed
+        )
+        from graft_env.policies.tiny.config import pair_of
 
         return build_tiny_pair(cache, tiny_seed, config=pair_of(name))[name]
     if name in REAL_NAMES:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_algorithm_exchange import PAIR, N, TextScorer, make_rollouts, run_exchange
+from exchange_fixtures import PAIR, N, TextScorer, make_rollouts, run_exchange
 
 import algorithms
 

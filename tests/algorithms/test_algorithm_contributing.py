@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_algorithm_exchange import N, TextScorer, make_rollouts
+from exchange_fixtures import N, TextScorer, make_rollouts
 
 import algorithms
 from algorithms.exchange import available_strategies

@@ -8,10 +8,10 @@ from collections.abc import Sequence
 
 import numpy as np
 import pytest
-from test_algorithm_exchange import PAIR, N, TextScorer, make_rollouts
+from exchange_fixtures import PAIR, N, TextScorer, make_rollouts
 
 import algorithms
-from algorithms.rollout import append_groups, build_rollouts
+from algorithms.rollouts import append_groups, build_rollouts
 
 
 class EndingScorer(TextScorer):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from test_algorithm_exchange import GEN_LOGP, PAIR, TextScorer, make_rollouts, run_exchange
+from exchange_fixtures import GEN_LOGP, PAIR, TextScorer, make_rollouts, run_exchange
 
 DELTA = 0.8
 

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from test_algorithm_exchange import GEN_LOGP, N, TextScorer, make_rollouts, run_exchange
+from exchange_fixtures import GEN_LOGP, N, TextScorer, make_rollouts, run_exchange
 
 import algorithms
 

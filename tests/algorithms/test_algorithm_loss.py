@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from test_algorithm_exchange import PAIR, TextScorer, make_rollouts, run_exchange
+from exchange_fixtures import PAIR, TextScorer, make_rollouts, run_exchange
 
 import algorithms
 from algorithms.core import clipped_surrogate, reference_kl

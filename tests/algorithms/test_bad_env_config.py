@@ -19,10 +19,10 @@ def no_model_loads(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a model loaded before the env was checked")
 
-    import algorithms.loop
+    import algorithms.training.loop
     import graft_env.policies
 
-    monkeypatch.setattr(algorithms.loop, "load_policy", refuse)
+    monkeypatch.setattr(algorithms.training.loop, "load_policy", refuse)
     monkeypatch.setattr(graft_env.policies, "load_policy", refuse)
 
 

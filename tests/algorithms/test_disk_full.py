@@ -20,10 +20,10 @@ import transformers.modeling_utils
 from run_configs import small_config
 from safetensors import SafetensorError
 
-import algorithms.store
-from algorithms.checkpoint import latest_checkpoint, save_checkpoint
-from algorithms.metrics import MetricsLog
-from algorithms.store import TrajectoryStore
+import algorithms.storage.store
+from algorithms.storage.store import TrajectoryStore
+from algorithms.training.checkpoint import latest_checkpoint, save_checkpoint
+from algorithms.training.metrics import MetricsLog
 from benchmarks import cli
 from graft_env.policies import load_policy
 from graft_env.types import AgentRollouts
@@ -120,7 +120,7 @@ def test_a_store_file_that_cannot_be_written_is_an_error_naming_it(tmp_path, mon
     def full(fd):
         raise OSError(errno.ENOSPC, FULL)
 
-    monkeypatch.setattr(algorithms.store.os, "fsync", full)
+    monkeypatch.setattr(algorithms.storage.store.os, "fsync", full)
     with pytest.raises(OSError) as caught:
         store.write("run", 1, _rollouts(), ["ok", "ok"], "tiny-a")
     path = store.step_path(1, "a")

@@ -8,31 +8,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from run_configs import TWO_SEED_BASE as BASE
+from run_configs import TWO_SEED_GRID as GRID
 
-from benchmarks.compare_cells import plan_cells
-from benchmarks.compare_grid import GridError, grid_from_dict, load_grid
+from benchmarks.compare.cells import plan_cells
+from benchmarks.compare.grid import GridError, grid_from_dict, load_grid
 
 REPO = Path(__file__).resolve().parents[2]
-BASE = {
-    "agents": [
-        {"name": "tiny-a", "model": "tiny-a", "options": {"lr": 1e-4}},
-        {"name": "tiny-b", "model": "tiny-b", "options": {"lr": 1e-4}},
-    ],
-    "algorithm_options": {"n": 4},
-    "env": {"dataset": "procedural", "dataset_options": {"size": 20, "difficulty": 1}},
-    "steps": 2,
-}
-GRID = {
-    "base": BASE,
-    "algorithms": [
-        {"name": "grpo", "label": "GRPO n=4"},
-        {"name": "graft", "label": "GRAFT"},
-        {"name": "graft-stored", "label": "stored", "stored_peer_from": "GRPO n=4"},
-    ],
-    "pairs": [{"models": ["tiny-a", "tiny-b"], "options": {"tiny-b": {"lr": 3e-4}}}],
-    "seeds": [0, 1],
-    "eval": {"sets": ["procedural/addition", "math500"], "limit": 4, "k": 2},
-}
 
 
 def changed(path: str, value) -> dict:
@@ -201,7 +183,7 @@ def test_the_config_hash_follows_the_resolved_preset_not_only_its_name(tmp_path,
 
 
 def test_testbed_members_get_their_own_skills_from_the_testbed_build_config():
-    from benchmarks.compare_grid import default_own_skills
+    from benchmarks.compare.grid import default_own_skills
 
     assert default_own_skills("testbed-a") == ("addition", "multiplication", "linear_equation")
     assert default_own_skills("testbed-b") == ("subtraction", "modular", "gcd")
@@ -211,8 +193,8 @@ def test_testbed_members_get_their_own_skills_from_the_testbed_build_config():
 def test_a_testbed_cell_is_identified_by_the_testbed_build_not_the_working_directory(
     tmp_path, monkeypatch
 ):
-    from benchmarks.compare_cells import model_identity
-    from graft_env.policies.tiny_config import TESTBED, TinyPairConfig, cache_key
+    from benchmarks.compare.cells import model_identity
+    from graft_env.policies.tiny.config import TESTBED, TinyPairConfig, cache_key
 
     identity = model_identity("testbed-a", {})
     assert identity == f"testbed-pair-{cache_key(TESTBED, 0)}/testbed-a"

@@ -10,16 +10,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from test_compare_grid import GRID as PLANNED
-from test_compare_workers import GRID as SMALLEST
-from test_compare_workers import finish, write_lock
+from cell_files import finish, write_lock
+from run_configs import SMALLEST_GRID as SMALLEST
+from run_configs import TWO_SEED_GRID as PLANNED
 
 from algorithms.library.format import load_library
-from benchmarks import library_report
 from benchmarks.cli import main
-from benchmarks.compare_cells import RESULT_FILE, plan_cells
-from benchmarks.compare_claims import claim_next, release
-from benchmarks.compare_grid import GridError, grid_from_dict
+from benchmarks.compare.cells import RESULT_FILE, plan_cells
+from benchmarks.compare.claims import claim_next, release
+from benchmarks.compare.grid import GridError, grid_from_dict
+from benchmarks.study import library_report
 
 LIBRARY = {"name": "graft-library", "label": "library", "library_from": "GRPO n=4"}
 
@@ -144,7 +144,7 @@ def test_a_library_cell_trains_on_the_partners_groups_of_its_source_runs(tmp_pat
     assert main(["compare", "--config", str(grid), "--out", str(out)]) == 0
     assert capfd.readouterr().err.count("finished earlier, skipped") == 12  # 4 per row
 
-    # the pre-registered report (benchmarks.library_report) on this grid
+    # the pre-registered report (benchmarks.study.library_report) on this grid
     report = tmp_path / "report"
     argv = ["--grid", str(grid), "--runs", str(out), "--out", str(report), "--resamples", "50"]
     assert library_report.main(argv) == 0

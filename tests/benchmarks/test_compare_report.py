@@ -11,8 +11,8 @@ import json
 
 import pytest
 
-from benchmarks.compare_plots import band, complementarity, learning_curves, write_plots
-from benchmarks.compare_report import (
+from benchmarks.compare.plots import band, complementarity, learning_curves, write_plots
+from benchmarks.compare.report import (
     cell_records,
     compute_rows,
     table_rows,

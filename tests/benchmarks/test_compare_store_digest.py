@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from algorithms.store import StoreCorruptError, TrajectoryStore
-from benchmarks.compare import _train_counts
+from algorithms.storage.store import StoreCorruptError, TrajectoryStore
+from benchmarks.compare.run import _train_counts
 from graft_env.types import AgentRollouts
 
 

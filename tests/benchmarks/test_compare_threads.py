@@ -9,9 +9,9 @@ import pytest
 import torch
 from run_configs import PLANNED_GRID
 
-import benchmarks.compare
-from benchmarks.compare_cells import plan_cells
-from benchmarks.compare_grid import grid_from_dict
+import benchmarks.compare.run
+from benchmarks.compare.cells import plan_cells
+from benchmarks.compare.grid import grid_from_dict
 
 GRID = PLANNED_GRID
 
@@ -36,12 +36,12 @@ def test_the_grid_runs_its_cells_with_its_threads(threads, expected, tmp_path, m
         seen.append(torch.get_num_threads())
         return {"models": {}, "timings": {"cell_seconds": 0.0}}
 
-    monkeypatch.setattr(benchmarks.compare, "run_cell", run_cell)
-    monkeypatch.setattr(benchmarks.compare, "eval_problems", lambda grid, limit: {})
+    monkeypatch.setattr(benchmarks.compare.run, "run_cell", run_cell)
+    monkeypatch.setattr(benchmarks.compare.run, "eval_problems", lambda grid, limit: {})
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        benchmarks.compare.run_grid(grid_from_dict({**GRID, "threads": threads}), tmp_path)
+        benchmarks.compare.run.run_grid(grid_from_dict({**GRID, "threads": threads}), tmp_path)
         assert torch.get_num_threads() == 2  # the caller's count comes back
     finally:
         torch.set_num_threads(before)

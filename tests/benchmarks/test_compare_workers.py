@@ -8,18 +8,19 @@ from __future__ import annotations
 import copy
 import json
 import os
-import socket
 from pathlib import Path
 
 import yaml
-from run_configs import PLANNED_GRID
+from cell_files import HOST, finish, write_lock
+from run_configs import PLANNED_GRID, SMALLEST_GRID
 
 from benchmarks.cli import main
-from benchmarks.compare_cells import RESULT_FILE, plan_cells
-from benchmarks.compare_claims import LOCK_FILE, claim_next, release
-from benchmarks.compare_grid import grid_from_dict
+from benchmarks.compare.cells import RESULT_FILE, plan_cells
+from benchmarks.compare.claims import LOCK_FILE, claim_next, release
+from benchmarks.compare.grid import grid_from_dict
 
 PLANNED = PLANNED_GRID
+GRID = SMALLEST_GRID
 STORED = {
     **PLANNED,
     "algorithms": [
@@ -27,20 +28,6 @@ STORED = {
         {"name": "graft-stored", "label": "stored", "stored_peer_from": "GRPO"},
     ],
 }
-HOST = socket.gethostname()
-
-
-def write_lock(cell, pid: int, host: str = HOST) -> None:
-    """The lock another process would hold on `cell`."""
-    cell.directory.mkdir(parents=True, exist_ok=True)
-    (cell.directory / LOCK_FILE).write_text(json.dumps({"pid": pid, "host": host}))
-
-
-def finish(cell) -> None:
-    """A finished result, as `run_cell` writes it (only what `read_result` checks)."""
-    cell.directory.mkdir(parents=True, exist_ok=True)
-    result = {"cell": cell.cell_id, "config_hash": cell.config_hash}
-    (cell.directory / RESULT_FILE).write_text(json.dumps(result))
 
 
 def test_a_live_processs_cell_is_passed_over_and_a_dead_ones_is_taken_over(tmp_path, live_pid):
@@ -105,33 +92,6 @@ def test_workers_are_not_part_of_a_cells_hash(tmp_path):
 
     assert grid_from_dict({**PLANNED, "workers": 3}).workers == 3
     assert hashes({**PLANNED, "workers": 3}) == hashes(PLANNED)
-
-
-# the smallest real grid: 1 step of 3 prompts x 2 samples, 2 problems x 2 samples evaluated
-GRID = {
-    "base": {
-        "agents": [{"name": "tiny-a", "model": "tiny-a", "options": {"lr": 1e-4}}],
-        "algorithm_options": {"n": 2, "num_minibatches": 1},
-        "env": {"dataset": "procedural", "dataset_options": {"size": 12, "difficulty": 1}},
-        "sampling": {"max_new_tokens": 16},
-        "steps": 1,
-        "progress": False,
-        "tensorboard": False,
-    },
-    "train": {"env": {"batch_size": 3}},
-    "algorithms": [{"name": "grpo", "label": "GRPO n=2"}, {"name": "graft", "label": "GRAFT"}],
-    "pairs": [["tiny-a", "tiny-b"]],
-    "seeds": [0],
-    "include_base": False,
-    "eval": {
-        "sets": ["procedural/addition"],
-        "procedural": {"difficulty": 1},
-        "limit": 2,
-        "k": 2,
-        "max_new_tokens": 16,
-    },
-    "threads": 1,
-}
 
 
 def outcome(out: Path) -> dict[str, dict]:

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.compare_cells import plan_cells
-from benchmarks.compare_grid import load_grid
-from benchmarks.compare_report import cell_records, compute_rows
-from benchmarks.study_report import (
+from benchmarks.compare.cells import plan_cells
+from benchmarks.compare.grid import load_grid
+from benchmarks.compare.report import cell_records, compute_rows
+from benchmarks.study.report import (
     GRAFT,
     GRPO8,
     GRPO32,

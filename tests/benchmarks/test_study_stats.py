@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from benchmarks.study_stats import (
+from benchmarks.study.stats import (
     Difference,
     label_interval,
     paired_contrast,

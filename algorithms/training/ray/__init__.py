@@ -12,6 +12,13 @@ the `ray:` schema (`RayOptions`, `parse_ray_options`).
 Pieces: `.options` (the `ray:` schema), `.cluster` (connection, placement group,
 actors), `.policy` (proxy, failures, traffic meter), `.worker` (the actor). How to
 run on GPUs and several nodes: docs/scale-out.md. Names load on first use (PEP 562).
+
+Modules:
+
+cluster           connect to (or start) Ray and start one `PolicyWorker` per agent
+options           the `ray:` section of a run config
+policy            `RayPolicy`: the driver-side proxy of one actor
+worker            what runs in one agent's actor: policy, optimizer, algorithm
 """
 
 from __future__ import annotations
@@ -19,14 +26,14 @@ from __future__ import annotations
 from graft_env.lazy import lazy_exports
 
 _EXPORTS = {
-    "AgentFailure": "algorithms.ray.policy",
-    "ClusterError": "algorithms.ray.cluster",
-    "PendingCall": "algorithms.ray.policy",
-    "RayOptions": "algorithms.ray.options",
-    "RayPolicy": "algorithms.ray.policy",
-    "TrafficMeter": "algorithms.ray.policy",
-    "make_ray_policies": "algorithms.ray.cluster",
-    "parse_ray_options": "algorithms.ray.options",
+    "AgentFailure": "algorithms.training.ray.policy",
+    "ClusterError": "algorithms.training.ray.cluster",
+    "PendingCall": "algorithms.training.ray.policy",
+    "RayOptions": "algorithms.training.ray.options",
+    "RayPolicy": "algorithms.training.ray.policy",
+    "TrafficMeter": "algorithms.training.ray.policy",
+    "make_ray_policies": "algorithms.training.ray.cluster",
+    "parse_ray_options": "algorithms.training.ray.options",
 }
 
 __all__ = sorted(_EXPORTS)

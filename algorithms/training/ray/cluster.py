@@ -16,10 +16,10 @@ from ray.util.placement_group import PlacementGroup, placement_group, remove_pla
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 import algorithms
-from algorithms.ray.options import RayOptions, check_agent_devices, parse_ray_options
-from algorithms.ray.policy import ActorGroup, RayPolicy
-from algorithms.ray.worker import PolicyWorker
-from algorithms.run_config import TrainConfig
+from algorithms.training.ray.options import RayOptions, check_agent_devices, parse_ray_options
+from algorithms.training.ray.policy import ActorGroup, RayPolicy
+from algorithms.training.ray.worker import PolicyWorker
+from algorithms.training.run_config import TrainConfig
 from graft_env.policies import TINY_NAMES
 
 log = logging.getLogger(__name__)

@@ -17,6 +17,10 @@ questions the warm start already memorised would measure recall, not learning.
 items per skill, interleaved round-robin (item 0 of every skill, then item 1, ...).
 `difficulty` is a level 1-5, a list of levels drawn uniformly per item, or None for
 the graded mix: levels drawn with weights 5:4:3:2:1, so most items are easy.
+
+Modules:
+
+skills            the procedural skills: each draws one item at a level from 1 to 5
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ The same builder builds the testbed pair (`testbed-a` / `testbed-b`,
 `tiny_config.TESTBED`): a larger peer-skill share, warm-started to per-skill
 pass@1 targets (`WarmStartTargets`) instead of for a fixed step count.
 
-    python -m graft_env.policies.tiny --out DIR [--seed 0] [--pair testbed-pair]
+    python -m graft_env.policies.tiny.build --out DIR [--seed 0] [--pair testbed-pair]
 """
 
 from __future__ import annotations
@@ -43,13 +43,12 @@ import torch
 from transformers import PreTrainedTokenizerFast
 
 from graft_env.data import Problem
-from graft_env.policies import tiny_tokenizer
 from graft_env.policies.base import SamplingParams
 from graft_env.policies.cache import default_cache_dir
 from graft_env.policies.generation import sample
 from graft_env.policies.hf import HFPolicy
-from graft_env.policies.sft import SkillMix, supervised_warm_start
-from graft_env.policies.tiny_config import (
+from graft_env.policies.tiny import tokenizer as tiny_tokenizer
+from graft_env.policies.tiny.config import (
     PAIRS,
     TinyModelSpec,
     TinyPairConfig,
@@ -60,12 +59,13 @@ from graft_env.policies.tiny_config import (
     target_problems,
     training_problems,
 )
-from graft_env.policies.tiny_models import build_model
-from graft_env.policies.tiny_report import (
+from graft_env.policies.tiny.models import build_model
+from graft_env.policies.tiny.report import (
     add_skill_mix_summary,
     complementarity_report,
     format_report,
 )
+from graft_env.policies.tiny.sft import SkillMix, supervised_warm_start
 from graft_env.prompts import format_prompt
 from graft_env.rewards import verify_batch
 

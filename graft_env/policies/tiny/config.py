@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 
 from graft_env.data import Problem
 from graft_env.data.procedural import LEVELS, SKILLS, generate
-from graft_env.policies.sft import SFTConfig
-from graft_env.policies.tiny_models import TinyShape
-from graft_env.policies.tiny_tokenizer import CHATML_STYLE, PLAIN_STYLE, TokenizerSpec
+from graft_env.policies.tiny.models import TinyShape
+from graft_env.policies.tiny.sft import SFTConfig
+from graft_env.policies.tiny.tokenizer import CHATML_STYLE, PLAIN_STYLE, TokenizerSpec
 
 BUILD_VERSION = 3  # bump when the build procedure changes what it produces
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from library_runs import run_config
 
-from algorithms.loop import Trainer
+from algorithms.training.loop import Trainer
 
 PEER_SEEDS = (1, 2)
 

@@ -14,8 +14,8 @@ import yaml
 from library_runs import ENV, run_config
 
 from algorithms.library.format import LibraryGroup, prompt_key, write_library
-from algorithms.loop import Trainer
-from algorithms.run_config import ConfigError
+from algorithms.training.loop import Trainer
+from algorithms.training.run_config import ConfigError
 from benchmarks import cli
 from graft_env.data import load
 
@@ -25,10 +25,10 @@ def no_model_loads(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a model loaded before the library was checked")
 
-    import algorithms.loop
+    import algorithms.training.loop
     import graft_env.policies
 
-    monkeypatch.setattr(algorithms.loop, "load_policy", refuse)
+    monkeypatch.setattr(algorithms.training.loop, "load_policy", refuse)
     monkeypatch.setattr(graft_env.policies, "load_policy", refuse)
 
 

@@ -26,7 +26,7 @@ from algorithms.library.format import (
     read_library,
     write_library,
 )
-from algorithms.store import record_digest
+from algorithms.storage.store import record_digest
 
 
 def group(number: int, n: int = 3, logprobs: bool = True) -> LibraryGroup:
@@ -253,12 +253,12 @@ def test_a_library_without_its_manifest_names_the_library(tmp_path):
 def test_a_library_file_that_cannot_be_written_is_named_as_one(tmp_path, monkeypatch):
     import errno
 
-    import algorithms.store
+    import algorithms.storage.store
 
     def full(fd):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(algorithms.store.os, "fsync", full)
+    monkeypatch.setattr(algorithms.storage.store.os, "fsync", full)
     with pytest.raises(OSError) as caught:
         write_library([group(0)], tmp_path / "lib", append=False)
     assert caught.value.strerror == "No space left on device; the library file was not written"
@@ -267,7 +267,7 @@ def test_a_library_file_that_cannot_be_written_is_named_as_one(tmp_path, monkeyp
         if os.readlink(f"/proc/self/fd/{fd}").endswith("_MANIFEST.json.tmp"):
             full(fd)
 
-    monkeypatch.setattr(algorithms.store.os, "fsync", manifest_full)
+    monkeypatch.setattr(algorithms.storage.store.os, "fsync", manifest_full)
     with pytest.raises(OSError) as caught:
         write_library([group(0)], tmp_path / "lib", append=False)
     assert caught.value.filename.endswith("_MANIFEST.json")

@@ -16,8 +16,8 @@ from library_runs import ENV, run_config
 
 from algorithms.library import ImportSpec, build_library, import_rollouts, importers, read_library
 from algorithms.library.format import LibraryError
-from algorithms.loop import Trainer
-from algorithms.run_config import LibrarySpec
+from algorithms.training.loop import Trainer
+from algorithms.training.run_config import LibrarySpec
 from benchmarks import cli
 from graft_env.data import load
 

@@ -15,8 +15,8 @@ from library_runs import run_config
 import algorithms
 from algorithms.library import LIBRARY_AGENT, build_library, read_library
 from algorithms.library.format import LibraryError, write_library
-from algorithms.loop import Trainer
-from algorithms.run_config import ConfigError, result_differences
+from algorithms.training.loop import Trainer
+from algorithms.training.run_config import ConfigError, result_differences
 
 RECEIVER_SEED = 4  # a third data order; the peers' are 1 and 2
 
@@ -185,7 +185,7 @@ def test_a_run_says_at_its_start_which_groups_it_can_use(tmp_path, peer_runs, ca
         steps=1,
         library={"path": str(tmp_path / "lib")},
     )
-    caplog.set_level(logging.INFO, logger="algorithms.loop")
+    caplog.set_level(logging.INFO, logger="algorithms.training.loop")
     Trainer(config)
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("library ")]
     assert lines == [

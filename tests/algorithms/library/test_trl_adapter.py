@@ -24,8 +24,8 @@ import algorithms
 from algorithms.library import build_library
 from algorithms.library.source import LibrarySource
 from algorithms.library.trl_adapter import GraftGRPOTrainer, math_reward
-from algorithms.loop import Trainer
-from algorithms.rollout import step_rng
+from algorithms.rollouts import step_rng
+from algorithms.training.loop import Trainer
 from graft_env.envs import MultiAgentMathEnv
 from graft_env.policies import load_policy
 from graft_env.types import AgentRollouts
@@ -290,8 +290,8 @@ def test_settings_the_update_cannot_honour_are_refused(
 
 def test_importing_the_project_does_not_import_trl():
     code = (
-        "import sys, algorithms, algorithms.library, algorithms.library.command, "
-        "algorithms.loop, graft_env, benchmarks; print('trl' in sys.modules)"
+        "import sys, algorithms, algorithms.library, benchmarks.commands.library, "
+        "algorithms.training.loop, graft_env, benchmarks; print('trl' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

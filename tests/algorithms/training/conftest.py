@@ -22,7 +22,7 @@ def tiny_pair_paths() -> dict[str, Path]:
     prebuilt = os.environ.get("GRAFT_TEST_TINY_PAIR")
     if prebuilt:
         return {name: Path(prebuilt) / name for name in ("tiny-a", "tiny-b")}
-    from graft_env.policies.tiny import build_tiny_pair
+    from graft_env.policies.tiny.build import build_tiny_pair
 
     return build_tiny_pair(None, 0)
 

@@ -11,10 +11,11 @@ import pytest
 import yaml
 from run_configs import small_config
 
-from algorithms import train_command
-from benchmarks import cli, compare_command
+from benchmarks import cli
+from benchmarks.commands import compare as compare_command
+from benchmarks.commands import train as train_command
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture
@@ -24,10 +25,10 @@ def no_model_loads(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a model loaded before the input was checked")
 
-    import algorithms.loop
+    import algorithms.training.loop
     import graft_env.policies
 
-    monkeypatch.setattr(algorithms.loop, "load_policy", refuse)
+    monkeypatch.setattr(algorithms.training.loop, "load_policy", refuse)
     monkeypatch.setattr(graft_env.policies, "load_policy", refuse)
 
 

@@ -8,10 +8,10 @@ import argparse
 import dataclasses
 import inspect
 
-from algorithms.eval_spec import EvalSettings
-from algorithms.periodic_eval import EvalSpec
-from benchmarks import eval_command
-from benchmarks.compare_grid import EvalPlan
+from algorithms.training.eval_settings import EvalSettings
+from algorithms.training.periodic_eval import EvalSpec
+from benchmarks.commands import eval as eval_command
+from benchmarks.compare.grid import EvalPlan
 from graft_env.eval.evaluate import evaluate
 
 SPEC_10 = {"k": 8, "temperature": 0.6, "top_p": 0.95, "max_new_tokens": 4096, "seed": 0}

@@ -8,11 +8,11 @@ import torch
 from run_configs import small_config
 
 import algorithms
-from algorithms.loop import Trainer
+from algorithms.training.loop import Trainer
 
 SINGLE_AGENT = {"grpo", "grpo-dynamic"}
 # entries that read a stored source: their updates are tested with one (test_loop_stored.py,
-# tests/library/test_library_receiver.py)
+# tests/algorithms/library/test_library_receiver.py)
 NEEDS_STORE = {"graft-stored", "graft-library"}
 
 
@@ -69,7 +69,7 @@ def test_graft_with_one_agent_is_grpo(tmp_path, fresh_policies, caplog):
     for name in ("grpo", "graft"):
         policies = fresh_policies("tiny-a")
         config = small_config(tmp_path / name, name, agents=("tiny-a",))
-        with caplog.at_level("INFO", logger="algorithms.loop"):
+        with caplog.at_level("INFO", logger="algorithms.training.loop"):
             run = Trainer(config, policies=policies).train()
         rows[name] = [{k: v for k, v in r.items() if not k.startswith("time/")} for r in run]
         finals[name] = snapshot(policies["tiny-a"])

@@ -7,7 +7,7 @@ import pytest
 import torch
 from run_configs import small_config
 
-from algorithms.loop import Trainer
+from algorithms.training.loop import Trainer
 
 
 class Killed(Exception):

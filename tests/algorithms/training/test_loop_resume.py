@@ -9,8 +9,8 @@ import pytest
 import torch
 from run_configs import small_config
 
-from algorithms.checkpoint import CheckpointError, save_checkpoint
-from algorithms.loop import Trainer
+from algorithms.training.checkpoint import CheckpointError, save_checkpoint
+from algorithms.training.loop import Trainer
 
 
 class Killed(Exception):

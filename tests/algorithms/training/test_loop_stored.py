@@ -7,8 +7,8 @@ import pyarrow.dataset as ds
 import pytest
 from run_configs import small_config
 
-from algorithms.loop import Trainer
-from algorithms.store import StoreError
+from algorithms.storage.store import StoreError
+from algorithms.training.loop import Trainer
 
 
 def test_stored_replay_reproduces_the_live_selection_and_endings(tmp_path, fresh_policies):

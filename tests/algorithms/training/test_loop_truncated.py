@@ -10,7 +10,7 @@ from collections import Counter
 
 from run_configs import small_config
 
-from algorithms.loop import Trainer
+from algorithms.training.loop import Trainer
 
 
 def test_a_cut_peer_response_is_trained_without_the_receivers_eos(tmp_path, fresh_policies):

@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from algorithms.metrics import MetricsError, MetricsLog
+from algorithms.training.metrics import MetricsError, MetricsLog
 
 
 def _log_with_rows(tmp_path, steps: int) -> MetricsLog:
@@ -30,7 +30,7 @@ def test_a_torn_last_line_is_dropped_with_a_warning(tail, tmp_path, caplog):
     log = _log_with_rows(tmp_path, 3)
     with log.path.open("a") as handle:
         handle.write(tail)
-    with caplog.at_level(logging.WARNING, logger="algorithms.metrics"):
+    with caplog.at_level(logging.WARNING, logger="algorithms.training.metrics"):
         log.truncate_to(4)
     [warning] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert str(log.path) in warning and "torn" in warning and "\n" not in warning

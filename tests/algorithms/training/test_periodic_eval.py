@@ -5,8 +5,8 @@ import json
 import pytest
 from run_configs import small_config
 
-from algorithms.loop import Trainer
-from algorithms.periodic_eval import eval_sets
+from algorithms.training.loop import Trainer
+from algorithms.training.periodic_eval import eval_sets
 
 
 def test_eval_rows_and_best_checkpoint(tmp_path, fresh_policies):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from algorithms.progress import StepProgress
+from algorithms.training.progress import StepProgress
 
 
 def _record(reward: float) -> SimpleNamespace:

@@ -22,8 +22,8 @@ import ray
 from run_configs import small_config
 
 import algorithms
-from algorithms.loop import Trainer
-from algorithms.ray import (
+from algorithms.training.loop import Trainer
+from algorithms.training.ray import (
     AgentFailure,
     ClusterError,
     RayPolicy,
@@ -31,11 +31,11 @@ from algorithms.ray import (
     make_ray_policies,
     parse_ray_options,
 )
-from algorithms.ray.options import check_agent_devices
-from algorithms.run_config import AgentSpec, ConfigError, load_config
+from algorithms.training.ray.options import check_agent_devices
+from algorithms.training.run_config import AgentSpec, ConfigError, load_config
 from graft_env.policies import Policy, SamplingParams
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 CLUSTER = {"num_cpus": 2, "placement_timeout_s": 60}
 
 
@@ -308,7 +308,7 @@ def test_shipped_ray_configs_are_valid_for_the_ray_backend():
 
 def test_algorithms_ray_is_the_one_front_and_its_schema_needs_no_ray():
     code = (
-        "import sys\nimport algorithms.ray as front\n"
+        "import sys\nimport algorithms.training.ray as front\n"
         "assert front.parse_ray_options({}).torch_threads is None\n"
         "assert 'ray' not in sys.modules, 'the ray: schema imported ray'\n"
         "missing = [name for name in front.__all__ if getattr(front, name, None) is None]\n"

@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from algorithms.config_schema import parse_yaml, schema_lines
-from algorithms.run_config import ConfigError, TrainConfig, config_from_dict, load_config
+from algorithms.storage.yaml_schema import parse_yaml, schema_lines
+from algorithms.training.run_config import ConfigError, TrainConfig, config_from_dict, load_config
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 BASE = {"agents": [{"name": "a", "model": "tiny-a"}, {"name": "b", "model": "tiny-b"}]}
 
 

@@ -16,9 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from run_configs import small_config
 
-from algorithms.loop import Trainer
-from algorithms.run_config import ConfigError, result_differences
-from algorithms.run_dir import MARKER
+from algorithms.training.loop import Trainer
+from algorithms.training.run_config import ConfigError, result_differences
+from algorithms.training.run_dir import MARKER
 from benchmarks import cli
 
 
@@ -108,7 +108,7 @@ def test_when_every_checkpoint_is_unusable_the_earlier_files_are_kept(
         (checkpoint / "MANIFEST.json").unlink()
     longer = small_config(run_dir, "graft", steps=3)  # a change a resume may make
     trainer = Trainer(longer, policies=fresh_policies("tiny-a", "tiny-b"))
-    with caplog.at_level(logging.WARNING, logger="algorithms.loop"):
+    with caplog.at_level(logging.WARNING, logger="algorithms.training.loop"):
         trainer.open()
     assert trainer.step == 0
     [kept] = run_dir.glob("earlier-*")
@@ -166,7 +166,7 @@ def test_a_resume_with_another_thread_count_warns_that_it_is_not_exact(
         trainer = Trainer(
             small_config(run_dir, "graft", steps=2), policies=fresh_policies("tiny-a", "tiny-b")
         )
-        with caplog.at_level(logging.WARNING, logger="algorithms.loop"):
+        with caplog.at_level(logging.WARNING, logger="algorithms.training.loop"):
             trainer.open()
     finally:
         torch.set_num_threads(before)

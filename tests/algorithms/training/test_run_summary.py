@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from run_configs import small_config
 
-from algorithms.loop import Trainer
-from algorithms.run_summary import run_summary
+from algorithms.training.loop import Trainer
+from algorithms.training.run_summary import run_summary
 
 
 def test_the_summary_names_the_checkpoint_the_reward_trend_and_the_eval_command(

@@ -5,7 +5,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from algorithms.store import StoreCorruptError, StoreError, TrajectoryStore, record_digest
+from algorithms.storage.store import StoreCorruptError, StoreError, TrajectoryStore, record_digest
 from graft_env.types import AgentRollouts
 
 ENDINGS = ("stop", "length")

@@ -16,11 +16,11 @@ import yaml
 from run_configs import small_config
 from safetensors.torch import load_file
 
-import algorithms.loop
+import algorithms.training.loop
 from benchmarks import cli
 from graft_env.threads import process_defaults, resolve_threads
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 OMP_VARS = ("OMP_NUM_THREADS", "OMP_WAIT_POLICY")
 
 # Records the OpenMP variables at the moment torch is first imported, then runs CODE.
@@ -116,7 +116,7 @@ def test_a_run_uses_its_threads_from_before_the_models_load(
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     seen = []
 
-    class Recording(algorithms.loop.Trainer):
+    class Recording(algorithms.training.loop.Trainer):
         def __init__(self, *args, **kwargs):
             seen.append(("load", torch.get_num_threads()))
             super().__init__(*args, **kwargs)
@@ -125,7 +125,7 @@ def test_a_run_uses_its_threads_from_before_the_models_load(
             seen.append(("step", torch.get_num_threads()))
             return super().run_step()
 
-    monkeypatch.setattr(algorithms.loop, "Trainer", Recording)
+    monkeypatch.setattr(algorithms.training.loop, "Trainer", Recording)
     config = _config_file(tmp_path, "run", steps=1)
     sets = [arg for override in overrides for arg in ("--set", override)]
     assert cli.main(["train", "--config", str(config), *sets]) == 0

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from run_configs import small_config
 
-from algorithms.loop import Trainer
-from algorithms.run_config import ConfigError, config_from_dict
-from algorithms.wandb_sink import WandbSink, WandbSpec
+from algorithms.training.loop import Trainer
+from algorithms.training.run_config import ConfigError, config_from_dict
+from algorithms.training.wandb_sink import WandbSink, WandbSpec
 
 
 def test_sink_rows_reach_the_wandb_run_summary(tmp_path):

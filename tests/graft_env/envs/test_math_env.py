@@ -9,7 +9,7 @@ from gymnasium.utils.env_checker import check_env
 import graft_env  # noqa: F401 - registers the environment
 from graft_env.data import Problem
 
-DATA_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+DATA_DIR = Path(__file__).resolve().parents[3].parent / "shared" / "data"
 
 PROBLEMS = [
     Problem(id="p0", problem="Compute 12 + 30.", answer="42", dataset="toy", extra={}),

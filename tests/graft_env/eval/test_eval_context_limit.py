@@ -15,12 +15,13 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from algorithms.periodic_eval import eval_sets
-from benchmarks import cli, eval_command
+from algorithms.training.periodic_eval import eval_sets
+from benchmarks import cli
+from benchmarks.commands import eval as eval_command
 from graft_env.data import load
 from graft_env.eval.evaluate import evaluate, new_token_budgets
 from graft_env.policies import HFPolicy
-from graft_env.policies.tiny_models import TinyShape, build_model
+from graft_env.policies.tiny.models import TinyShape, build_model
 
 POSITIONS = 200
 

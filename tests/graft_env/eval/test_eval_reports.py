@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from benchmarks import eval_command
+from benchmarks.commands import eval as eval_command
 from graft_env.data import load
 from graft_env.eval import report
 from graft_env.eval.evaluate import evaluate

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from graft_env.policies.hf import HFPolicy, HFPolicyOptions
-from graft_env.policies.tiny_models import TinyShape, build_model
-from graft_env.policies.tiny_tokenizer import CHATML_STYLE, PLAIN_STYLE, train_tokenizer
+from graft_env.policies.tiny.models import TinyShape, build_model
+from graft_env.policies.tiny.tokenizer import CHATML_STYLE, PLAIN_STYLE, train_tokenizer
 
 CORPUS = [
     f"What is {a} + {b}? {a} + {b} = {a + b}. The answer is \\boxed{{{a + b}}}."

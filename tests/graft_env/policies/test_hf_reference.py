@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_hf_update import _parameters, _rollout_batch
+from policy_batches import parameters, rollout_batch
 
 import algorithms
 import graft_env.policies.hf as hf
@@ -13,7 +13,7 @@ from graft_env.policies.training import OptimStep, optimise
 
 def test_the_kl_is_zero_at_the_initial_weights_and_positive_after_an_update(policy):
     loss_fn = algorithms.make("grpo-kl").loss
-    batch = _rollout_batch(policy)
+    batch = rollout_batch(policy)
     first = policy.update(batch, loss_fn)
     assert first["loss_fn/kl"] == 0.0  # one minibatch, still the initial weights
     second = policy.update(batch, loss_fn)
@@ -27,7 +27,7 @@ def test_only_a_kl_loss_builds_a_reference_and_runs_its_forward(policy, monkeypa
     loads = []
     real_load = hf.load_model
     monkeypatch.setattr(hf, "load_model", lambda *args: loads.append(args) or real_load(*args))
-    batch = _rollout_batch(policy)
+    batch = rollout_batch(policy)
     batch.minibatches = [[0, 1, 2, 3], [4, 5, 6, 7]]
     metrics = policy.update(batch, algorithms.make("grpo").loss)
     assert loads == [] and policy._reference is None and "loss_fn/kl" not in metrics
@@ -52,16 +52,16 @@ def test_after_a_resume_the_reference_is_still_the_initial_model(make_policy, mo
     loss_fn = algorithms.make("grpo-kl", kl_coef=0.5).loss
     original = make_policy(model_dirs["llama"])
     for seed in (1, 2):
-        original.update(_rollout_batch(original, seed=seed), loss_fn)
+        original.update(rollout_batch(original, seed=seed), loss_fn)
     original.save(tmp_path / "ckpt")
     resumed = make_policy(model_dirs["llama"])
     resumed.load(tmp_path / "ckpt")
-    batch = _rollout_batch(original, seed=3)
+    batch = rollout_batch(original, seed=3)
     ours, theirs = original.update(batch, loss_fn), resumed.update(batch, loss_fn)
     # A reference snapshotted from the resumed weights would give a KL of 0 here.
     assert theirs["loss_fn/kl"] == pytest.approx(ours["loss_fn/kl"], rel=1e-5)
     assert theirs["loss_fn/kl"] > 1e-6
-    for a, b in zip(_parameters(original), _parameters(resumed), strict=True):
+    for a, b in zip(parameters(original), parameters(resumed), strict=True):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
     initial = make_policy(model_dirs["llama"]).model.state_dict()
     for key, value in resumed.reference_model().state_dict().items():
@@ -70,7 +70,7 @@ def test_after_a_resume_the_reference_is_still_the_initial_model(make_policy, mo
 
 def test_micro_batching_gives_the_same_kl_gradient(policy):
     loss_fn = algorithms.make("grpo-kl", kl_coef=1.0).loss
-    batch = _rollout_batch(policy, seed=4)
+    batch = rollout_batch(policy, seed=4)
     prompt_ids = [policy.encode_prompt(batch.prompts[s.prompt_index]) for s in batch.sequences]
     reference = type(policy.model).from_pretrained(policy.path).eval()
     results = []

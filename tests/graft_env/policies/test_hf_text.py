@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from graft_env.policies.base import Policy, SamplingParams
 from graft_env.policies.hf import HFPolicy, HFPolicyOptions
-from graft_env.policies.tiny_tokenizer import PLAIN_STYLE, train_tokenizer
+from graft_env.policies.tiny.tokenizer import PLAIN_STYLE, train_tokenizer
 from graft_env.prompts import INSTRUCTION
 
 

@@ -5,35 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from policy_batches import PROBLEMS, parameters, rollout_batch
 
 import algorithms
 from graft_env.policies.base import Done, Policy, SamplingParams
 from graft_env.policies.training import OptimStep, optimise
-from graft_env.types import TrainBatch, TrainSequence
-
-PROBLEMS = ["What is 2 + 3?", "What is 41 + 17?"]
-
-
-def _rollout_batch(policy, seed: int = 0) -> TrainBatch:
-    """A fixed GRPO-style batch from the policy's own samples, with alternating advantages."""
-    prompts = [policy.format_prompt(p) for p in PROBLEMS]
-    groups = policy.generate(prompts, 4, SamplingParams(max_new_tokens=12, seed=seed))
-    sequences = [
-        TrainSequence(
-            prompt_index=p,
-            response_token_ids=gen.token_ids,
-            old_logprobs=gen.logprobs,
-            advantage=1.0 if i % 2 == 0 else -1.0,
-        )
-        for p, group in enumerate(groups)
-        for i, gen in enumerate(group)
-    ]
-    return TrainBatch(
-        agent=policy.name,
-        prompts=prompts,
-        sequences=sequences,
-        minibatches=[[0, 1, 2, 3, 4, 5, 6, 7]],
-    )
+from graft_env.types import TrainBatch
 
 
 def _current_loss(policy, batch: TrainBatch, loss_fn) -> float:
@@ -45,14 +22,10 @@ def _current_loss(policy, batch: TrainBatch, loss_fn) -> float:
     return float(loss)
 
 
-def _parameters(policy) -> list[torch.Tensor]:
-    return [p.detach().clone() for p in policy.model.parameters()]
-
-
-def test_update_changes_parameters_and_lowers_the_grpo_loss(policy):
+def test_update_changesparameters_and_lowers_the_grpo_loss(policy):
     loss_fn = algorithms.make("grpo").loss
-    batch = _rollout_batch(policy)
-    before_params = _parameters(policy)
+    batch = rollout_batch(policy)
+    before_params = parameters(policy)
     before = _current_loss(policy, batch, loss_fn)
     metrics = policy.update(batch, loss_fn)
     after = _current_loss(policy, batch, loss_fn)
@@ -61,7 +34,7 @@ def test_update_changes_parameters_and_lowers_the_grpo_loss(policy):
     assert metrics["tokens"] == sum(len(s.response_token_ids) for s in batch.sequences)
     assert metrics["grad_norm"] > 0 and metrics["entropy"] > 0
     changed = [
-        not torch.equal(a, b) for a, b in zip(before_params, _parameters(policy), strict=True)
+        not torch.equal(a, b) for a, b in zip(before_params, parameters(policy), strict=True)
     ]
     assert all(changed)
 
@@ -69,7 +42,7 @@ def test_update_changes_parameters_and_lowers_the_grpo_loss(policy):
 def test_micro_batching_gives_the_same_gradient(policy, make_policy, model_dirs):
     """Two-pass micro-batching reproduces the whole-minibatch gradient for a token-mean loss."""
     loss_fn = algorithms.make("grpo").loss
-    batch = _rollout_batch(policy, seed=4)
+    batch = rollout_batch(policy, seed=4)
     prompt_ids = [policy.encode_prompt(batch.prompts[s.prompt_index]) for s in batch.sequences]
     results = []
     for micro in (None, 3):
@@ -97,7 +70,7 @@ def test_minibatch_order_and_count_are_followed(policy):
         calls.append([s.advantage for s in sequences])
         return algorithms.make("grpo").loss(new_logp, sequences)
 
-    batch = _rollout_batch(policy)
+    batch = rollout_batch(policy)
     batch.minibatches = [[1, 3], [0], [2, 5, 4]]
     metrics = policy.update(batch, recording_loss)
     assert calls == [[-1.0, -1.0], [1.0], [1.0, -1.0, 1.0]]
@@ -109,14 +82,14 @@ def test_minibatch_order_and_count_are_followed(policy):
     [([[0], []], ValueError, "minibatch 1 .* is empty"), ([[0, 99]], IndexError, r"\[99\]")],
 )
 def test_bad_minibatches_are_rejected(policy, minibatches, error, match):
-    batch = _rollout_batch(policy)
+    batch = rollout_batch(policy)
     batch.minibatches = minibatches
     with pytest.raises(error, match=match):
         policy.update(batch, algorithms.make("grpo").loss)
 
 
 def test_bad_prompt_index_is_rejected(policy):
-    batch = _rollout_batch(policy)
+    batch = rollout_batch(policy)
     batch.prompts = batch.prompts[:1]
     with pytest.raises(IndexError, match="prompt_index 1"):
         policy.update(batch, algorithms.make("grpo").loss)
@@ -125,7 +98,7 @@ def test_bad_prompt_index_is_rejected(policy):
 def test_save_load_restores_weights_optimizer_and_sampling(make_policy, model_dirs, tmp_path):
     loss_fn = algorithms.make("grpo").loss
     original = make_policy(model_dirs["llama"])
-    original.update(_rollout_batch(original, seed=1), loss_fn)
+    original.update(rollout_batch(original, seed=1), loss_fn)
     original.save(tmp_path / "ckpt")
     restored = make_policy(model_dirs["llama"])
     restored.load(tmp_path / "ckpt")
@@ -141,10 +114,10 @@ def test_save_load_restores_weights_optimizer_and_sampling(make_policy, model_di
             assert a.token_ids == b.token_ids
             np.testing.assert_array_equal(a.logprobs, b.logprobs)
     # Same optimizer moments: the next update moves both identically.
-    batch = _rollout_batch(original, seed=2)
+    batch = rollout_batch(original, seed=2)
     original.update(batch, loss_fn)
     restored.update(batch, loss_fn)
-    for a, b in zip(_parameters(original), _parameters(restored), strict=True):
+    for a, b in zip(parameters(original), parameters(restored), strict=True):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
 
 
@@ -166,14 +139,14 @@ def test_gradient_checkpointing_gives_the_same_update(make_policy, model_dirs):
     model = checkpointed.model
     flag = getattr(model, "is_activation_checkpointing", None)
     assert (flag if flag is not None else model.is_gradient_checkpointing) is True
-    batch = _rollout_batch(plain, seed=3)
+    batch = rollout_batch(plain, seed=3)
     plain_metrics = plain.update(batch, loss_fn)
     checkpointed_metrics = checkpointed.update(batch, loss_fn)
     assert checkpointed_metrics["grad_norm"] == pytest.approx(plain_metrics["grad_norm"], rel=1e-4)
     # The plain update shares each prompt's forward across its group (forward.prefill);
     # checkpointing cannot, so the two gradients differ by float rounding (~1e-6 relative),
     # which Adam's first step (update ~ sign(g) * lr) magnifies on near-zero entries.
-    for a, b in zip(_parameters(plain), _parameters(checkpointed), strict=True):
+    for a, b in zip(parameters(plain), parameters(checkpointed), strict=True):
         torch.testing.assert_close(a, b, atol=1e-4, rtol=0)
     assert not checkpointed.model.training  # back in eval mode after the update
 
@@ -188,16 +161,16 @@ def test_bfloat16_weights_sample_score_and_train(make_policy, model_dirs):
     ):
         assert scored.dtype == np.float32
         np.testing.assert_allclose(gen.logprobs, scored, atol=0.1, rtol=0)  # bf16 rounding
-    metrics = policy.update(_rollout_batch(policy), algorithms.make("grpo").loss)
+    metrics = policy.update(rollout_batch(policy), algorithms.make("grpo").loss)
     assert np.isfinite(metrics["loss"]) and metrics["grad_norm"] > 0
 
 
 def test_half_precision_weights_refuse_an_update_that_would_round_away(make_policy, model_dirs):
     policy = make_policy(model_dirs["gpt2"], dtype="bfloat16", lr=1e-6)
-    before = _parameters(policy)
+    before = parameters(policy)
     with pytest.raises(ValueError, match=r"dtype='bfloat16' with lr=1e-06.*autocast: bfloat16"):
-        policy.update(_rollout_batch(policy), algorithms.make("grpo").loss)
-    for a, b in zip(before, _parameters(policy), strict=True):
+        policy.update(rollout_batch(policy), algorithms.make("grpo").loss)
+    for a, b in zip(before, parameters(policy), strict=True):
         assert torch.equal(a, b)
 
 
@@ -221,7 +194,7 @@ def test_mixed_precision_computes_in_bfloat16_and_trains_float32_weights(make_po
 
     def rollout() -> None:
         nonlocal batch
-        batch = _rollout_batch(policy)
+        batch = rollout_batch(policy)
 
     assert forwards_in_bfloat16(rollout)
     prompts = [batch.prompts[s.prompt_index] for s in batch.sequences]
@@ -232,9 +205,9 @@ def test_mixed_precision_computes_in_bfloat16_and_trains_float32_weights(make_po
     in_float32 = np.concatenate(exact.score_tokens(prompts, token_ids))
     np.testing.assert_allclose(sampled, scored, atol=0.1, rtol=0)  # both in bfloat16
     assert np.abs(scored - in_float32).max() > 1e-4  # scoring did not compute in float32
-    before = _parameters(policy)
+    before = parameters(policy)
     assert forwards_in_bfloat16(lambda: policy.update(batch, algorithms.make("grpo").loss))
-    moved = [not torch.equal(a, b) for a, b in zip(before, _parameters(policy), strict=True)]
+    moved = [not torch.equal(a, b) for a, b in zip(before, parameters(policy), strict=True)]
     assert all(moved), f"{moved.count(False)} of {len(moved)} weight tensors did not move"
 
 
@@ -252,8 +225,8 @@ def test_the_async_methods_return_finished_results_equal_to_the_blocking_ones(
     assert isinstance(started, Done)
     for a, b in zip(started.result(), theirs.generate(prompts, 2, sampling), strict=True):
         assert [g.token_ids for g in a] == [g.token_ids for g in b]
-    batch = _rollout_batch(ours, seed=5)
-    before = _parameters(ours)
+    batch = rollout_batch(ours, seed=5)
+    before = parameters(ours)
     update = ours.update_async(batch, loss_fn)
-    assert any(not torch.equal(a, b) for a, b in zip(before, _parameters(ours), strict=True))
+    assert any(not torch.equal(a, b) for a, b in zip(before, parameters(ours), strict=True))
     assert update.result() == theirs.update(batch, loss_fn)

@@ -10,13 +10,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from policy_batches import rollout_batch
 
 import algorithms
 from graft_env.policies.base import SamplingParams
 from graft_env.policies.options import HFPolicyOptions
 from graft_env.policies.packed import PackedWeights
 from graft_env.policies.zoo import load_policy
-from tests.policies.test_hf_update import _rollout_batch
 
 PROMPTS = ["What is 2 + 3?", "What is 41 + 17?"]
 SAMPLING = SamplingParams(max_new_tokens=12, seed=3)
@@ -56,7 +56,7 @@ def test_packs_follow_the_weights_through_an_update(make_policy, model_dirs):
     plain = make_policy(model_dirs["llama"])
     packed = make_policy(model_dirs["llama"], packed_decode=True)
     _generate(packed)  # packs the initial weights
-    batch = _rollout_batch(plain)
+    batch = rollout_batch(plain)
     for policy in (plain, packed):
         policy.update(batch, algorithms.make("grpo").loss)
     _, expected = _generate(plain)
@@ -68,7 +68,7 @@ def test_packs_follow_the_weights_through_an_update(make_policy, model_dirs):
 
 def test_packs_follow_the_weights_through_a_load(make_policy, model_dirs, tmp_path):
     trained = make_policy(model_dirs["llama"])
-    trained.update(_rollout_batch(trained), algorithms.make("grpo").loss)
+    trained.update(rollout_batch(trained), algorithms.make("grpo").loss)
     trained.save(tmp_path / "trained")
     packed = make_policy(model_dirs["llama"], packed_decode=True)
     _generate(packed)  # packs the initial weights

@@ -10,10 +10,9 @@ import torch
 
 from benchmarks.perf import testbed_report
 from graft_env.data.procedural import SKILLS
-from graft_env.policies import tiny
-from graft_env.policies.sft import SFTConfig, _weighted_batches
-from graft_env.policies.tiny import COMPLETE_FILE, build_tiny_pair
-from graft_env.policies.tiny_config import (
+from graft_env.policies.tiny import build as tiny
+from graft_env.policies.tiny.build import COMPLETE_FILE, build_tiny_pair
+from graft_env.policies.tiny.config import (
     TESTBED,
     TinyPairConfig,
     WarmStartTargets,
@@ -22,7 +21,8 @@ from graft_env.policies.tiny_config import (
     pair_of,
     target_problems,
 )
-from graft_env.policies.tiny_models import TinyShape
+from graft_env.policies.tiny.models import TinyShape
+from graft_env.policies.tiny.sft import SFTConfig, _weighted_batches
 from graft_env.policies.zoo import model_path
 
 SMALL = dict(

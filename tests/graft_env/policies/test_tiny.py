@@ -11,10 +11,10 @@ import torch
 
 from graft_env.data.procedural import SKILLS
 from graft_env.policies import load_policy
-from graft_env.policies.sft import SFTConfig, supervised_warm_start
-from graft_env.policies.tiny import REPORT_FILE, TinyPairConfig, build_tiny_pair, cache_key
-from graft_env.policies.tiny_models import TinyShape, build_model
-from graft_env.policies.tiny_tokenizer import CHATML_STYLE, PLAIN_STYLE, train_tokenizer
+from graft_env.policies.tiny.build import REPORT_FILE, TinyPairConfig, build_tiny_pair, cache_key
+from graft_env.policies.tiny.models import TinyShape, build_model
+from graft_env.policies.tiny.sft import SFTConfig, supervised_warm_start
+from graft_env.policies.tiny.tokenizer import CHATML_STYLE, PLAIN_STYLE, train_tokenizer
 
 CORPUS = ["Compute 123 + 45.\n3+5=8, write 8\n123 + 45 = \\boxed{168}"] * 50 + [
     "Compute gcd(36, 24).\n36 = 1*24 + 12\ngcd(36, 24) = \\boxed{12}"

@@ -6,16 +6,16 @@ import dataclasses
 
 import numpy as np
 import pytest
-from test_hf_update import _rollout_batch
+from policy_batches import rollout_batch
 
 import algorithms
 from algorithms.exchange import ExchangeStats
-from algorithms.metrics import agent_step_metrics
+from algorithms.training.metrics import agent_step_metrics
 from graft_env.types import AgentRollouts
 
 
 def test_clipped_shares_pool_tokens_over_minibatches_and_are_the_only_clip_fractions(policy):
-    batch = _rollout_batch(policy)  # prompts 0 and 1, 4 responses each, advantages +1 / -1
+    batch = rollout_batch(policy)  # prompts 0 and 1, 4 responses each, advantages +1 / -1
     # Prompt 1's rows become peer rows whose behaviour log-probs sit 1 nat lower: ratio about
     # e > 1 + 0.28, so every token of a positive-advantage peer row is clipped, no other is.
     batch.sequences = [

@@ -2,7 +2,7 @@
 scorer's, and the engine following the trainer's weights after every update and load.
 
 Tests marked `vllm` need vLLM and run in their own virtualenv (`.ci/vllm`):
-    python -m pytest -m vllm tests/policies/test_vllm_policy.py -p no:cacheprovider -s
+    python -m pytest -m vllm tests/graft_env/policies/test_vllm_policy.py -p no:cacheprovider -s
 (`-s` shows the measured log-prob differences). An engine takes about a minute to
 start on 2 CPU cores, so each model's policy is built once for the module. The
 unmarked tests check option handling and the missing-vLLM error in any environment.
@@ -22,7 +22,7 @@ import torch
 from run_configs import small_config
 
 import algorithms
-from algorithms.loop import Trainer, make_policies
+from algorithms.training.loop import Trainer, make_policies
 from graft_env.policies import Generation, SamplingParams, load_policy
 from graft_env.policies.forward import response_logprobs
 from graft_env.policies.vllm_policy import (

@@ -18,7 +18,7 @@ from graft_env.rewards import VerifierPool
 
 DATA_DIR = Path(
     os.environ.get("GRAFT_DATA_DIR")
-    or Path(__file__).resolve().parents[2].parent / "shared" / "data"
+    or Path(__file__).resolve().parents[3].parent / "shared" / "data"
 )
 BENCHMARKS = ("math500", "aime24", "aime25", "amc23", "minerva")
 MATH_TRAIN_SAMPLE = 300

@@ -1,0 +1,10 @@
+"""The `graft` subcommands, one module each: `graft X` runs `benchmarks.commands.X`.
+Each has `add_parser(subparsers)`; `benchmarks.cli` imports only the one named.
+
+Modules:
+
+compare           `graft compare`: run a comparison grid and report it
+eval              `graft eval`: evaluate one model on the benchmarks (SPEC §10)
+library           `graft library`: build, import into and inspect trajectory libraries
+train             `graft train`: run (or resume) a training run from a YAML config
+"""

@@ -1,0 +1,110 @@
+"""The folder tree is the map: every package's docstring names each of its modules and
+sub-packages in one line, no folder holds more than 15 modules (benchmarks/perf/, the
+measurement scripts, excepted), and CONTRIBUTING.md's layout is built from those lines.
+
+    python tests/test_layout.py     # rewrites CONTRIBUTING.md's layout block from the tree
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = ("graft_env", "algorithms", "benchmarks")
+MAX_MODULES = 15
+UNBOUNDED = {"benchmarks/perf"}  # one script per measurement, indexed in its docstring
+ENTRY = re.compile(r"^([A-Za-z_]\w*/?) {2,}(\S.*)$")  # "name   what it holds" at column 0
+BEGIN, END = "<!-- layout: built by `python tests/test_layout.py` -->", "<!-- /layout -->"
+
+
+def packages(root: Path) -> Iterator[Path]:
+    """Every package folder (one with an __init__.py) of the three top-level packages."""
+    for top in PACKAGES:
+        yield from sorted(p.parent for p in (root / top).rglob("__init__.py"))
+
+
+def members(package: Path) -> set[str]:
+    """The modules (`name`) and sub-packages (`name/`) a package folder holds."""
+    found = {p.stem for p in package.glob("*.py") if p.name != "__init__.py"}
+    return found | {f"{p.name}/" for p in package.iterdir() if (p / "__init__.py").is_file()}
+
+
+def index(package: Path) -> dict[str, str]:
+    """The one-line entries of a package's docstring: name -> what it holds."""
+    doc = ast.get_docstring(ast.parse((package / "__init__.py").read_text(encoding="utf-8")))
+    return {m[1]: m[2] for line in (doc or "").splitlines() if (m := ENTRY.match(line))}
+
+
+def problems(root: Path) -> list[str]:
+    """What a package's docstring or size gets wrong, one line each."""
+    found = []
+    for package in packages(root):
+        where = package.relative_to(root).as_posix()
+        named, present = set(index(package)), members(package)
+        found += [f"{where}: {m} is not named in its __init__ docstring" for m in present - named]
+        found += [f"{where}: its docstring names {m}, which is not there" for m in named - present]
+        modules = [m for m in present if not m.endswith("/")]
+        if len(modules) > MAX_MODULES and where not in UNBOUNDED:
+            found.append(f"{where}: {len(modules)} modules, more than {MAX_MODULES}")
+    return sorted(found)
+
+
+def layout(root: Path) -> str:
+    """The layout tree: each package and its entries, indented by depth."""
+    lines = []
+    for package in packages(root):
+        parts = package.relative_to(root).parts
+        indent = "  " * (len(parts) - 1)
+        entries = index(package)
+        lines.append(f"{indent}{parts[-1]}/")
+        for name in sorted(entries, key=lambda n: (n.endswith("/"), n)):
+            if not name.endswith("/"):
+                lines.append(f"{indent}  {name + '.py':<{26 - len(indent)}}{entries[name]}")
+    return "\n".join(lines)
+
+
+def contributing_block(root: Path) -> str:
+    text = (root / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    return text[text.index(BEGIN) + len(BEGIN) : text.index(END)].strip("\n")
+
+
+def test_every_package_names_each_of_its_modules_and_no_folder_is_too_big():
+    assert sum(1 for _ in packages(REPO)) > 15  # the packages were found
+    assert problems(REPO) == []
+
+
+def test_contributing_layout_is_built_from_the_package_docstrings():
+    assert contributing_block(REPO) == f"```\n{layout(REPO)}\n```", (
+        "CONTRIBUTING.md's layout is stale: run `python tests/test_layout.py`"
+    )
+
+
+def test_a_planted_unnamed_module_a_stale_name_and_a_crowded_folder_are_found(tmp_path):
+    files = {
+        "graft_env/__init__.py": '"""World.\n\nlazy    loading\nold     gone\n"""\n',
+        "graft_env/lazy.py": "",
+        "graft_env/new.py": "",  # not named
+        "algorithms/__init__.py": '"""Rules.\n\nsub/    a sub-package\n"""\n',
+        "algorithms/sub/__init__.py": '"""Sub."""\n',
+        "benchmarks/__init__.py": '"""Harness."""\n',
+        **{f"algorithms/sub/m{i}.py": "" for i in range(MAX_MODULES + 1)},
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    found = problems(tmp_path)
+    assert "graft_env: new is not named in its __init__ docstring" in found
+    assert "graft_env: its docstring names old, which is not there" in found
+    assert f"algorithms/sub: {MAX_MODULES + 1} modules, more than {MAX_MODULES}" in found
+    assert "algorithms: sub/ is not named in its __init__ docstring" not in found
+
+
+if __name__ == "__main__":
+    path = REPO / "CONTRIBUTING.md"
+    text = path.read_text(encoding="utf-8")
+    head, rest = text.split(BEGIN)
+    tail = rest.split(END)[1]
+    path.write_text(f"{head}{BEGIN}\n```\n{layout(REPO)}\n```\n{END}{tail}", encoding="utf-8")
