@@ -2,7 +2,7 @@
 `VLLMEngineOptions` (the vLLM rollout engine, `load_policy` options `vllm_<field>`).
 
 No torch here, so a run config's agent options are checked (`graft config validate`,
-`algorithms.run_config.check_policy_options`) in a fraction of a second, before any model
+`algorithms.training.run_config.check_policy_options`) in a fraction of a second, before any model
 loads: dtypes are names, which `hf_options.DTYPES` resolves when a model is built.
 """
 
@@ -38,6 +38,14 @@ class HFPolicyOptions:
     score_batch_size: sequences per forward in `score` / `score_tokens`.
     micro_batch_size: sequences per forward inside an `update` minibatch; None runs
         the whole minibatch at once. Either way the gradient is the same.
+    max_tokens_per_micro_batch: a token budget instead of a row count: the rows of an
+        `update` minibatch, of the old-log-prob pass and of scoring are grouped by length
+        into micro-batches of at most this many tokens (prompt + response, padded), as
+        verl's `use_dynamic_bsz`; None keeps `micro_batch_size` rows. The loss normaliser
+        stays the minibatch's, so the gradient is the same.
+    logits_chunk_tokens: the most token positions whose logits are held at once when
+        log-probs and entropy are computed (scoring, update, evaluation): the logits peak
+        is bounded by this, whatever the response length or row count.
     local_files_only: never contact the model hub (the default on these machines).
     packed_decode: CPU only, float32 without autocast: `generate` runs every
         `nn.Linear` on oneDNN with weights prepacked once per weight version
@@ -59,6 +67,8 @@ class HFPolicyOptions:
     generation_batch_size: int = 64
     score_batch_size: int = 64
     micro_batch_size: int | None = None
+    max_tokens_per_micro_batch: int | None = None
+    logits_chunk_tokens: int = 4096
     local_files_only: bool = True
     packed_decode: bool = False
 
@@ -83,6 +93,12 @@ class HFPolicyOptions:
                 raise ValueError(f"HFPolicyOptions.{field_name} must be >= 1")
         if self.micro_batch_size is not None and self.micro_batch_size < 1:
             raise ValueError("HFPolicyOptions.micro_batch_size must be >= 1 or None")
+        if self.max_tokens_per_micro_batch is not None and self.max_tokens_per_micro_batch < 1:
+            raise ValueError("HFPolicyOptions.max_tokens_per_micro_batch must be >= 1 or None")
+        if self.logits_chunk_tokens < 1:
+            raise ValueError(
+                f"HFPolicyOptions.logits_chunk_tokens must be >= 1, got {self.logits_chunk_tokens}"
+            )
         if not self.grad_clip > 0:
             raise ValueError(f"HFPolicyOptions.grad_clip must be > 0, got {self.grad_clip}")
         if self.packed_decode and (
