@@ -44,7 +44,6 @@ _EXPORTS = {
     "admitted_weights": "weights",
     "compatibility_scores": "weights",
     "compatibility_weights": "weights",
-    "floor_weights": "weights",
     "normalised_loglik": "weights",
     "random_admission": "weights",
 }

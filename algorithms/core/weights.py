@@ -75,22 +75,16 @@ def admitted_weights(scores: ArrayLike) -> np.ndarray:
     return np.maximum(np.minimum(values, 1.0), np.finfo(np.float64).tiny)
 
 
-def compatibility_weights(
-    receiver_mean_logp: ArrayLike, source_mean_logp: ArrayLike, delta: float
-) -> np.ndarray:
-    """w = 1[s > δ] · min(s, 1) (Eq.8), so w ∈ {0} ∪ (δ, 1].
+def compatibility_weights(scores: ArrayLike, delta: float) -> np.ndarray:
+    """w = 1[s > δ] · min(s, 1) (Eq.8) from compatibility scores s (`compatibility_scores`),
+    so w ∈ {0} ∪ (δ, 1].
 
     The cap keeps a peer response from outweighing an on-policy one; the floor δ
     removes responses the receiver finds too implausible to learn from (w = 0 means
     the response is dropped from numerator and denominator of the loss). With δ = 0
     every response is kept (`admitted_by_floor`, `admitted_weights`), even one whose
-    s underflows to 0.0.
+    s underflowed to 0.0.
     """
-    return floor_weights(compatibility_scores(receiver_mean_logp, source_mean_logp), delta)
-
-
-def floor_weights(scores: ArrayLike, delta: float) -> np.ndarray:
-    """Eq.8 from scores already computed: w = 1[s > δ] · min(s, 1) (`compatibility_weights`)."""
     return np.where(admitted_by_floor(scores, delta), admitted_weights(scores), 0.0)
 
 

@@ -31,8 +31,8 @@ import numpy as np
 from algorithms.core import (
     admitted_by_floor,
     compatibility_scores,
+    compatibility_weights,
     exchange_candidates,
-    floor_weights,
     group_advantages,
     normalised_loglik,
     random_admission,
@@ -220,7 +220,7 @@ class GraftExchange(ExchangeStrategy):
             count = int(np.count_nonzero(admitted_by_floor(scores, cfg.delta)))
             weights = random_admission(scores, count, rng)
         else:
-            weights = floor_weights(scores, cfg.delta)
+            weights = compatibility_weights(scores, cfg.delta)
         if cfg.success_only:
             weights = np.where(rewards > 0, weights, 0.0)
         return weights

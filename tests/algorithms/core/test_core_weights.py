@@ -36,7 +36,7 @@ def logp_pairs(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray]:
 def test_weights_are_zero_or_above_the_floor_and_at_most_one(
     logps: tuple[np.ndarray, np.ndarray], delta: float
 ) -> None:
-    weights = compatibility_weights(*logps, delta)
+    weights = compatibility_weights(compatibility_scores(*logps), delta)
     kept = weights > 0
     assert np.all(weights[~kept] == 0.0)
     assert np.all((weights[kept] > delta) & (weights[kept] <= 1.0))
@@ -48,7 +48,7 @@ def test_weight_is_zero_exactly_when_the_score_is_at_most_the_floor(
     logps: tuple[np.ndarray, np.ndarray], delta: float
 ) -> None:
     scores = compatibility_scores(*logps)
-    weights = compatibility_weights(*logps, delta)
+    weights = compatibility_weights(compatibility_scores(*logps), delta)
     np.testing.assert_array_equal(weights == 0, scores <= delta)
     np.testing.assert_array_equal(weights[scores > delta], np.minimum(scores, 1)[scores > delta])
 
@@ -59,13 +59,13 @@ def test_a_score_exactly_at_the_floor_is_removed(source: float, gap: float) -> N
     receiver = source - gap
     score = float(compatibility_scores([receiver], [source])[0])
     assert 0.0 < score < 1.0
-    assert compatibility_weights([receiver], [source], score).tolist() == [0.0]
+    assert compatibility_weights([score], score).tolist() == [0.0]
 
 
 @SETTINGS
 @given(logp=mean_logps, delta=deltas)
 def test_same_model_gets_full_weight(logp: list[float], delta: float) -> None:
-    assert np.all(compatibility_weights(logp, logp, delta) == 1.0)
+    assert np.all(compatibility_weights(compatibility_scores(logp, logp), delta) == 1.0)
 
 
 @SETTINGS
@@ -73,7 +73,7 @@ def test_same_model_gets_full_weight(logp: list[float], delta: float) -> None:
 def test_zero_floor_gives_the_capped_score(logps: tuple[np.ndarray, np.ndarray]) -> None:
     receiver, source = logps
     np.testing.assert_allclose(
-        compatibility_weights(receiver, source, 0.0),
+        compatibility_weights(compatibility_scores(receiver, source), 0.0),
         np.minimum(np.exp(receiver - source), 1.0),
         rtol=1e-12,
     )
@@ -88,17 +88,20 @@ def test_worked_scores_and_weights() -> None:
         compatibility_scores(receiver, source), [math.exp(-1), math.e, math.exp(-0.1)]
     )
     np.testing.assert_allclose(
-        compatibility_weights(receiver, source, 0.8), [0.0, 1.0, math.exp(-0.1)]
+        compatibility_weights(compatibility_scores(receiver, source), 0.8),
+        [0.0, 1.0, math.exp(-0.1)],
     )
 
 
 def test_zero_floor_admits_every_response_even_one_whose_score_underflows() -> None:
     receiver, source = [-1000.0, -1.0, -2.0], [0.0, -1.0, -1.0]  # s = 0.0 (underflow), 1, 1/e
     assert compatibility_scores(receiver, source)[0] == 0.0
-    weights = compatibility_weights(receiver, source, 0.0)
+    weights = compatibility_weights(compatibility_scores(receiver, source), 0.0)
     assert 0.0 < weights[0] < 1e-300  # kept: min(s, 1) of the true s > 0, not "removed"
     np.testing.assert_allclose(weights[1:], [1.0, math.exp(-1)])
-    assert compatibility_weights(receiver, source, 0.5).tolist()[0] == 0.0  # a real floor removes
+    assert (
+        compatibility_weights(compatibility_scores(receiver, source), 0.5).tolist()[0] == 0.0
+    )  # a real floor removes
     np.testing.assert_array_equal(admitted_by_floor([0.0, 0.5, 0.9], 0.0), [True, True, True])
     np.testing.assert_array_equal(admitted_by_floor([0.0, 0.8, 0.9], 0.8), [False, False, True])
     admitted = random_admission([0.0, 0.0, 2.0], 3, np.random.default_rng(0))
@@ -107,7 +110,7 @@ def test_zero_floor_admits_every_response_even_one_whose_score_underflows() -> N
 
 def test_huge_log_likelihood_gap_gives_weight_one_without_warning() -> None:
     with np.errstate(all="raise"):
-        assert compatibility_weights([0.0], [-1000.0], 0.8).tolist() == [1.0]
+        assert compatibility_weights(compatibility_scores([0.0], [-1000.0]), 0.8).tolist() == [1.0]
 
 
 @pytest.mark.parametrize(
@@ -115,8 +118,14 @@ def test_huge_log_likelihood_gap_gives_weight_one_without_warning() -> None:
     [
         (lambda: compatibility_scores([0.0, -1.0], [0.0]), "shape \\(2,\\) but source_mean_logp"),
         (lambda: compatibility_scores([float("nan")], [0.0]), "receiver_mean_logp\\[0\\] = nan"),
-        (lambda: compatibility_weights([0.0], [0.0], 1.0), "delta must be in \\[0, 1\\)"),
-        (lambda: compatibility_weights([0.0], [0.0], -0.1), "delta must be in \\[0, 1\\)"),
+        (
+            lambda: compatibility_weights(compatibility_scores([0.0], [0.0]), 1.0),
+            "delta must be in \\[0, 1\\)",
+        ),
+        (
+            lambda: compatibility_weights(compatibility_scores([0.0], [0.0]), -0.1),
+            "delta must be in \\[0, 1\\)",
+        ),
         (lambda: normalised_loglik([], "abc"), "token_logprobs is empty"),
         (lambda: normalised_loglik([-1.0], "", mode="char"), "text is empty"),
         (lambda: normalised_loglik([-1.0], "a", mode="word"), "mode must be one of"),
