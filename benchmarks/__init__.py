@@ -1,12 +1,12 @@
 """The product harness, and the measurement scripts in `benchmarks.perf`.
 
-Here: the SPEC §10 evaluation behind `graft eval` (`eval_command`, `evaluate`, `report`),
-the comparison grids behind `graft compare` (`compare_command`, `compare*`) and the study's
-report (`study_report`, `study_stats`). In `benchmarks/perf/`: the scripts that measure
-speed and memory and feed the README's measured figures, indexed in that package's
-docstring.
+Here: the `graft` command line (`cli`) and its subcommands (`commands/`: train, eval,
+compare, library; the evaluation itself is `graft_env.eval`), the comparison grids behind
+`graft compare` (`compare/`), the pre-registered studies' reports (`study/`), and in
+`perf/` the scripts that measure speed and memory and feed the README's measured figures,
+indexed in that package's docstring.
 
-A module here runs as ``python -m benchmarks.<name>`` and a script as
+A report runs as ``python -m benchmarks.study.<name>`` and a script as
 ``python -m benchmarks.perf.<name>``; either imports this package first: so this is where
 the OpenMP defaults (one thread, passive waiting) are set, before any script imports torch
 (`graft_env.threads` says why; a user's own settings win).

@@ -6,7 +6,7 @@ CUDA random generator, re-tokenised peer scoring, AdamW steps and checkpoints.
 For each precision (float32; bfloat16 weights; mixed: float32 weights with bfloat16
 autocast) and each model — the named ones (`policies.zoo`
 names or model directories) and a larger random-init Llama built with
-`policies.tiny_models`, saved and loaded through `HFPolicy` like any model — it
+`policies.tiny.models`, saved and loaded through `HFPolicy` like any model — it
 records:
 
 - sampling: generation log-probs against `score_tokens` and against the training

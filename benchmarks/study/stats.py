@@ -1,6 +1,6 @@
 """The study's statistics: paired contrasts with bootstrap intervals, verdicts, power.
 
-Everything works on the per-problem success rates that `compare_report.cell_records`
+Everything works on the per-problem success rates that `compare.report.cell_records`
 already carries (`record["problems"][set][problem_id]` = correct samples of that problem,
 `record["samples"][set]` = samples per problem), so the intervals come from the same numbers
 as the table.
@@ -36,7 +36,7 @@ _T975 = (
 )  # fmt: skip
 _Z975 = 1.960
 
-Record = Mapping[str, Any]  # one cell record of compare_report.cell_records
+Record = Mapping[str, Any]  # one cell record of compare.report.cell_records
 
 
 def t975(df: int) -> float:

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from graft_env.policies.hf import HFPolicy
 
 TINY_NAMES = ("tiny-a", "tiny-b")
-TESTBED_NAMES = ("testbed-a", "testbed-b")  # tiny_config.TESTBED: the study's pair (issue 16)
+TESTBED_NAMES = ("testbed-a", "testbed-b")  # tiny.config.TESTBED: the study's pair (issue 16)
 REAL_NAMES = ("smollm2-135m", "gemma3-270m")
 ROLLOUT_BACKENDS = ("transformers", "vllm")
 
@@ -59,7 +59,7 @@ def load_policy(
 
     "tiny-a" / "tiny-b" load from the tiny-pair cache, building the pair for
     `tiny_seed` first if it is missing (~10 min on 2 CPU cores); "testbed-a" /
-    "testbed-b" likewise from the testbed pair's (`tiny_config.TESTBED`).
+    "testbed-b" likewise from the testbed pair's (`tiny.config.TESTBED`).
     "smollm2-135m" / "gemma3-270m" load from the converted real pair, converting
     the PyPI GGUFs on first use (`policies.real_pair`). The cache is `cache_dir`,
     else `$GRAFT_CACHE_DIR`, else `~/.cache/graft`.
