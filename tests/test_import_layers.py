@@ -1,7 +1,7 @@
 """Imports run one way, graft_env <- algorithms <- benchmarks, inside algorithms the learning
-rule <- storage <- library <- training, and no modules import each other in a circle. Every import statement counts: at module level, inside functions (lazy),
-under TYPE_CHECKING, and `import_module` of a literal name, as each is a dependency a
-reader must follow."""
+rule <- storage <- library <- training, and no modules import each other in a circle. Every
+import statement counts: at module level, inside functions (lazy), under TYPE_CHECKING, and
+`import_module` of a literal name, as each is a dependency a reader must follow."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from benchmarks.study.stats import (
 
 
 def record(label, seed, counts, samples=8, model="m"):
-    """One cell record with per-problem success counts per set (as benchmarks.compare.report builds)."""
+    """One cell record with per-problem success counts per set (as compare.report builds)."""
     return {
         "label": label,
         "model": model,
