@@ -29,6 +29,7 @@ from graft_env.lazy import lazy_exports
 # name -> defining module, imported on first use: the run config's schema imports
 # `algorithms.library.choice` without loading pyarrow through the format module
 _EXPORTS = {
+    "GraftGRPOTrainer": "trl_adapter",  # imports trl on first use
     "LIBRARY_AGENT": "format",
     "ImportSpec": "importers",
     "Library": "format",
@@ -37,6 +38,7 @@ _EXPORTS = {
     "build_library": "build",
     "import_rollouts": "importers",
     "load_library": "format",
+    "math_reward": "trl_adapter",
     "prompt_key": "format",
     "read_library": "format",
 }

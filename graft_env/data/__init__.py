@@ -20,7 +20,7 @@ registry          dataset registry: one name per dataset, one `load` for all
 
 from graft_env.data import benchmarks, procedural  # importing registers their datasets
 from graft_env.data.boxed import extract_last_boxed
-from graft_env.data.files import resolve_data_dir
+from graft_env.data.files import read_jsonl, resolve_data_dir
 from graft_env.data.problem import DatasetError, Problem
 from graft_env.data.registry import available, load, register_dataset
 
@@ -32,6 +32,7 @@ __all__ = [
     "extract_last_boxed",
     "load",
     "procedural",
+    "read_jsonl",
     "register_dataset",
     "resolve_data_dir",
 ]
