@@ -19,6 +19,8 @@ forward           the model forwards shared by sampling, scoring and training
 generation        sampling: a KV-cache decoding loop recording log-probs as training sees them
 hf                `HFPolicy`: any local causal LM directory behind the Policy protocol
 loading           loading a transformers model and tokenizer for `HFPolicy`
+logprobs          token log-probs and entropy from hidden states, a chunk of logits at a time
+micro_batches     which rows of a minibatch run through the model together (token budgets)
 options           the policy options: `HFPolicyOptions`, `VLLMEngineOptions`
 packed            decoding on prepacked oneDNN weights (the `packed_decode` option, CPU)
 precision         which weight precisions train at which learning rate (no torch import)

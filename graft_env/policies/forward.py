@@ -30,6 +30,9 @@ from dataclasses import dataclass
 
 import torch
 
+from graft_env.policies.logprobs import Head, chunked_token_logprobs, split_head, token_logprobs
+from graft_env.policies.options import HFPolicyOptions
+
 
 def _forward_kwargs(model: torch.nn.Module) -> set[str]:
     return set(inspect.signature(model.forward).parameters)
@@ -81,21 +84,27 @@ def pack_prompt_response(
 
 @dataclass
 class PromptPrefix:
-    """Each row's prompt run through the model: its KV cache, mask and next-token logits.
+    """Each row's prompt run through the model: its KV cache, mask and next-token inputs.
 
     `attention_mask` [B, P] is the left-padded prompt mask, `next_position` [B] the
-    position id of the first response token and `last_logits` [B, V] (float32, no
-    temperature) the logits that predict it.
+    position id of the first response token, `last_hidden` [B, H] the final hidden state
+    that predicts it and `last_logits` [B, V] (float32, no temperature) its logits, or
+    None when prefilled `with_logits=False`.
     """
 
     cache: object
-    last_logits: torch.Tensor
+    last_logits: torch.Tensor | None
     attention_mask: torch.Tensor
     next_position: torch.Tensor
+    last_hidden: torch.Tensor
 
 
 def prefill(
-    model: torch.nn.Module, prompt_ids: Sequence[Sequence[int]], pad_id: int
+    model: torch.nn.Module,
+    prompt_ids: Sequence[Sequence[int]],
+    pad_id: int,
+    *,
+    with_logits: bool = True,
 ) -> PromptPrefix:
     """Run every distinct prompt once (left-padded) and expand the result to one row each.
 
@@ -103,6 +112,7 @@ def prefill(
     their gradients sum into it.
     """
     device = next(model.parameters()).device
+    body, head = split_head(model)
     distinct: dict[tuple[int, ...], int] = {}
     rows = [distinct.setdefault(tuple(ids), len(distinct)) for ids in prompt_ids]
     unique = [list(ids) for ids in distinct]
@@ -110,16 +120,16 @@ def prefill(
         unique, [[] for _ in unique], pad_id, device
     )
     positions = position_ids_from_mask(attention_mask)
-    kwargs = {"logits_to_keep": 1} if "logits_to_keep" in _forward_kwargs(model) else {}
-    output = model(
+    output = body(
         input_ids=input_ids,
         attention_mask=attention_mask,
         position_ids=positions,
         use_cache=True,
-        **kwargs,
     )
     cache = output_cache(output)
-    last_logits = output.logits[:, -1, :].float()
+    last_hidden = output.last_hidden_state[:, -1:, :]
+    last_logits = head(last_hidden)[:, -1, :].float() if with_logits else None
+    last_hidden = last_hidden[:, -1, :]
     next_position = positions[:, -1] + 1
     if len(unique) < len(rows):
         if not hasattr(cache, "batch_select_indices"):
@@ -129,9 +139,10 @@ def prefill(
             )
         index = torch.tensor(rows, dtype=torch.long, device=device)
         cache.batch_select_indices(index)
-        last_logits, attention_mask = last_logits[index], attention_mask[index]
+        last_hidden, attention_mask = last_hidden[index], attention_mask[index]
+        last_logits = None if last_logits is None else last_logits[index]
         next_position = next_position[index]
-    return PromptPrefix(cache, last_logits, attention_mask, next_position)
+    return PromptPrefix(cache, last_logits, attention_mask, next_position, last_hidden)
 
 
 def _checkpointing(model: torch.nn.Module) -> bool:
@@ -141,29 +152,77 @@ def _checkpointing(model: torch.nn.Module) -> bool:
     )
 
 
-def _shared_prompt_logits(
+@dataclass
+class _Predictors:
+    """What predicts each response token: the head inputs of the model's own pass
+    (`pieces`, each [B, r, H]; with `drop_last` each piece's last position predicts
+    nothing) after the prompt prefill's last position (`first_hidden` [B, H] and its
+    `first_logits` [B, V], or None when the prompts ran in the same pass)."""
+
+    pieces: list[torch.Tensor]
+    drop_last: bool
+    first_hidden: torch.Tensor | None = None
+    first_logits: torch.Tensor | None = None
+
+    def _parts(self, values: list[torch.Tensor], first: torch.Tensor | None) -> torch.Tensor:
+        parts = [value[:, :-1, :] for value in values] if self.drop_last else list(values)
+        if first is not None:
+            parts.insert(0, first.unsqueeze(1))
+        return torch.cat(parts, 1)
+
+    def states(self) -> torch.Tensor:
+        """The final hidden states [B, R, H] predicting each response token."""
+        return self._parts(self.pieces, self.first_hidden)
+
+    def logits(self, head: Head) -> torch.Tensor:
+        """Their float32 logits [B, R, V], the head run on each piece as the model does."""
+        return self._parts([head(piece).float() for piece in self.pieces], self.first_logits)
+
+
+def _shared_prompt_predictors(
     model: torch.nn.Module,
     prompt_ids: Sequence[Sequence[int]],
     targets: torch.Tensor,
     target_mask: torch.Tensor,
     pad_id: int,
-) -> torch.Tensor:
-    """Logits [B, R, V] predicting each response token: prompts prefilled once, then the
-    responses (all but their last token, which predicts nothing) continue the cache."""
-    prefix = prefill(model, prompt_ids, pad_id)
-    logits = [prefix.last_logits.unsqueeze(1)]
+    with_logits: bool,
+) -> _Predictors:
+    """Prompts prefilled once, then the responses (all but their last token, which
+    predicts nothing) continue the cache."""
+    body, _ = split_head(model)
+    prefix = prefill(model, prompt_ids, pad_id, with_logits=with_logits)
+    pieces = []
     if targets.shape[1] > 1:
         attention_mask = torch.cat([prefix.attention_mask, target_mask[:, :-1]], 1)
         width = targets.shape[1] - 1
-        output = model(
+        output = body(
             input_ids=targets[:, :-1],
             attention_mask=attention_mask,
             position_ids=position_ids_from_mask(attention_mask)[:, -width:],
             use_cache=True,
-            **{cache_argument(model): prefix.cache},
+            **{cache_argument(body): prefix.cache},
         )
-        logits.append(output.logits[:, -width:, :].float())
-    return torch.cat(logits, 1)
+        pieces.append(output.last_hidden_state[:, -width:, :])
+    return _Predictors(pieces, False, prefix.last_hidden, prefix.last_logits)
+
+
+def _single_pass_predictors(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    response_len: int,
+) -> _Predictors:
+    """One forward of the packed rows; position i predicts token i + 1, so the last
+    R + 1 positions minus the final one predict the response."""
+    body, _ = split_head(model)
+    output = body(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids_from_mask(attention_mask),
+        use_cache=False,
+    )
+    tail = output.last_hidden_state[:, -(response_len + 1) :, :]
+    return _Predictors([tail], drop_last=True)
 
 
 @dataclass
@@ -184,14 +243,17 @@ def response_logprobs(
     temperature: float,
     with_entropy: bool = True,
     share_prompts: bool = False,
+    logits_chunk_tokens: int = HFPolicyOptions.logits_chunk_tokens,
 ) -> ResponseLogprobs:
     """Teacher-forced log-probs of each response token given its prompt.
 
     Differentiable when grad is enabled. Only the logits of response positions are
-    materialised (`logits_to_keep`), which matters for 50k-260k vocabularies.
-    `entropy_sum` is the summed (detached) entropy of the temperature-scaled
-    distribution over real response positions, for monitoring (0 unless
-    `with_entropy`). `share_prompts`: run each repeated prompt once (module
+    computed, and at most `logits_chunk_tokens` positions' at a time: when the rows'
+    R + 1 positions fit in one chunk, in one pass of the model's own ops; otherwise on
+    the real (unpadded) positions chunk by chunk (`policies.logprobs`), equal to the
+    single pass up to float rounding. `entropy_sum` is the summed (detached) entropy of
+    the temperature-scaled distribution over real response positions, for monitoring (0
+    unless `with_entropy`). `share_prompts`: run each repeated prompt once (module
     docstring); the result differs from the single pass only by float rounding.
     Off by default so the SFT warm-start (and the tiny pair it builds) is unchanged.
     """
@@ -201,29 +263,31 @@ def response_logprobs(
     input_ids, attention_mask, targets, target_mask = pack_prompt_response(
         prompt_ids, response_ids, pad_id, device
     )
-    response_len = targets.shape[1]
+    rows, response_len = targets.shape
+    one_chunk = rows * (response_len + 1) <= logits_chunk_tokens
     repeats = len({tuple(ids) for ids in prompt_ids}) < len(prompt_ids)
     if share_prompts and repeats and not _checkpointing(model):
-        logits = _shared_prompt_logits(model, prompt_ids, targets, target_mask, pad_id)
-    else:
-        kwargs = {}
-        if "logits_to_keep" in _forward_kwargs(model):
-            kwargs["logits_to_keep"] = response_len + 1
-        output = model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids_from_mask(attention_mask),
-            use_cache=False,
-            **kwargs,
+        predictors = _shared_prompt_predictors(
+            model, prompt_ids, targets, target_mask, pad_id, with_logits=one_chunk
         )
-        # Position i predicts token i + 1: the last R + 1 positions minus the final one.
-        logits = output.logits[:, -(response_len + 1) : -1, :].float()
-    log_probs = torch.log_softmax(logits / temperature, dim=-1)
-    chosen = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    mask = target_mask.to(chosen.dtype)
-    entropy_sum = 0.0
-    if with_entropy:
-        with torch.no_grad():
-            entropy = -(log_probs.exp() * log_probs).sum(-1)
-            entropy_sum = float((entropy * mask).sum())
-    return ResponseLogprobs(logprobs=chosen * mask, mask=target_mask, entropy_sum=entropy_sum)
+    else:
+        predictors = _single_pass_predictors(model, input_ids, attention_mask, response_len)
+    _, head = split_head(model)
+    mask = target_mask.to(torch.float32)
+    if one_chunk:
+        chosen, entropy = token_logprobs(
+            predictors.logits(head), targets, temperature, with_entropy
+        )
+        entropy_sum = 0.0 if entropy is None else float((entropy * mask).sum())
+        return ResponseLogprobs(logprobs=chosen * mask, mask=target_mask, entropy_sum=entropy_sum)
+    real = target_mask.bool()
+    chosen, entropy_sum = chunked_token_logprobs(
+        predictors.states()[real],
+        targets[real],
+        head,
+        temperature=temperature,
+        chunk_tokens=logits_chunk_tokens,
+        with_entropy=with_entropy,
+    )
+    logprobs = torch.zeros_like(mask).masked_scatter(real, chosen)
+    return ResponseLogprobs(logprobs=logprobs, mask=target_mask, entropy_sum=entropy_sum)

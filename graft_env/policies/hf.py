@@ -25,6 +25,7 @@ from graft_env.policies.base import FINISH_REASONS, Done, Generation, LossFn, Sa
 from graft_env.policies.forward import response_logprobs
 from graft_env.policies.generation import sample
 from graft_env.policies.loading import DTYPES, load_model, load_tokenizer
+from graft_env.policies.micro_batches import micro_batches
 from graft_env.policies.options import HFPolicyOptions
 from graft_env.policies.packed import PackedWeights
 from graft_env.policies.precision import half_precision_training_error
@@ -197,29 +198,40 @@ class HFPolicy:
     def score_tokens(
         self, prompts: Sequence[str], response_token_ids: Sequence[Sequence[int]]
     ) -> list[np.ndarray]:
-        """Log-probs of given response token ids (the training forward, without grad)."""
+        """Log-probs of given response token ids (the training forward, without grad), in
+        forwards of `score_batch_size` rows or, with `max_tokens_per_micro_batch`, of rows
+        grouped by length under that token budget."""
         if len(prompts) != len(response_token_ids):
             raise ValueError(
                 f"{self.name}: {len(prompts)} prompts but {len(response_token_ids)} responses"
             )
         prompt_ids = [self.encode_prompt(p) for p in prompts]
-        scored: list[np.ndarray] = []
-        size = self.options.score_batch_size
-        for start in range(0, len(prompt_ids), size):
-            responses = [list(r) for r in response_token_ids[start : start + size]]
+        responses = [list(r) for r in response_token_ids]
+        groups = micro_batches(
+            [len(ids) for ids in prompt_ids],
+            [len(r) for r in responses],
+            size=self.options.score_batch_size,
+            budget=self.options.max_tokens_per_micro_batch,
+            where=f"{self.name}: scoring",
+        )
+        scored: dict[int, np.ndarray] = {}
+        for group in groups:
             with self.compute_precision():
                 result = response_logprobs(
                     self.model,
-                    prompt_ids[start : start + size],
-                    responses,
+                    [prompt_ids[j] for j in group],
+                    [responses[j] for j in group],
                     pad_id=self.pad_id,
                     temperature=self.temperature,
                     with_entropy=False,
                     share_prompts=True,
+                    logits_chunk_tokens=self.options.logits_chunk_tokens,
                 )
             rows = result.logprobs.cpu().numpy()
-            scored.extend(row[: len(r)].copy() for row, r in zip(rows, responses, strict=True))
-        return scored
+            scored.update(
+                (j, row[: len(responses[j])].copy()) for j, row in zip(group, rows, strict=True)
+            )
+        return [scored[j] for j in range(len(responses))]
 
     def score(
         self, prompts: Sequence[str], responses: Sequence[str], finish_reasons: Sequence[str]
@@ -273,6 +285,8 @@ class HFPolicy:
             pad_id=self.pad_id,
             grad_clip=self.options.grad_clip,
             micro_batch_size=self.options.micro_batch_size,
+            max_tokens_per_micro_batch=self.options.max_tokens_per_micro_batch,
+            logits_chunk_tokens=self.options.logits_chunk_tokens,
             precision=self.compute_precision,
             reference=self.reference_model() if wants_reference(loss_fn) else None,
         )

@@ -13,6 +13,12 @@ The result equals the single-pass gradient for any loss, at the cost of one extr
 forward. Every forward runs each repeated prompt once (`forward.response_logprobs`
 with `share_prompts`), so a GRPO group's n rows pay for their prompt once.
 
+Micro-batches are `micro_batch_size` consecutive rows, or, with
+`max_tokens_per_micro_batch`, rows grouped by length under that token budget
+(`policies.micro_batches`); the loss always sees the whole minibatch in its own order.
+The returned `padding_share` is the share of the forwards' token positions that were
+padding.
+
 A loss with a KL term (`Algorithm.needs_reference`, see `wants_reference`) also
 gets `ref_logp`: the same [B, T] log-probs under a frozen reference model, from one
 no-grad forward per minibatch next to the policy's. Any other loss is called with
@@ -30,6 +36,8 @@ import torch
 
 from graft_env.policies.base import LossFn
 from graft_env.policies.forward import ResponseLogprobs, response_logprobs
+from graft_env.policies.micro_batches import micro_batches, token_counts
+from graft_env.policies.options import HFPolicyOptions
 from graft_env.types import TrainSequence
 
 
@@ -47,6 +55,8 @@ class OptimStep:
     pad_id: int
     grad_clip: float
     micro_batch_size: int | None
+    max_tokens_per_micro_batch: int | None = None
+    logits_chunk_tokens: int = HFPolicyOptions.logits_chunk_tokens
     precision: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
     reference: torch.nn.Module | None = None
 
@@ -57,8 +67,13 @@ def wants_reference(loss_fn: LossFn) -> bool:
     return bool(getattr(getattr(loss_fn, "__self__", loss_fn), "needs_reference", False))
 
 
-def _pad_rows(rows: list[torch.Tensor], width: int) -> torch.Tensor:
-    return torch.stack([torch.nn.functional.pad(row, (0, width - row.shape[0])) for row in rows])
+def _pad_rows(spans: list[list[int]], results: list[torch.Tensor], width: int) -> torch.Tensor:
+    """[B, width] from each span's [len(span), R_span] rows, back in minibatch order."""
+    rows: dict[int, torch.Tensor] = {}
+    for span, result in zip(spans, results, strict=True):
+        rows.update(zip(span, result, strict=True))
+    pad = torch.nn.functional.pad
+    return torch.stack([pad(rows[j], (0, width - rows[j].shape[0])) for j in sorted(rows)])
 
 
 def _stats_as_floats(stats: dict, where: str) -> dict[str, float]:
@@ -71,21 +86,37 @@ def _stats_as_floats(stats: dict, where: str) -> dict[str, float]:
     return converted
 
 
+@dataclass
+class _Gradients:
+    """One minibatch's back-propagated loss and what its forwards saw."""
+
+    loss: float
+    entropy_sum: float
+    stats: dict
+    real_tokens: int
+    padded_tokens: int
+
+
 def _minibatch_gradients(
     model: torch.nn.Module,
     prompt_ids: list[list[int]],
     sequences: Sequence[TrainSequence],
     loss_fn: LossFn,
     step: OptimStep,
-) -> tuple[float, float, dict]:
-    """Back-propagate one minibatch's loss; returns (loss, entropy_sum, stats)."""
+) -> _Gradients:
+    """Back-propagate one minibatch's loss."""
     response_ids = [list(seq.response_token_ids) for seq in sequences]
-    size = step.micro_batch_size or len(sequences)
-    spans = [
-        range(start, min(start + size, len(sequences))) for start in range(0, len(sequences), size)
-    ]
+    prompt_lens, response_lens = [len(p) for p in prompt_ids], [len(r) for r in response_ids]
+    spans = micro_batches(
+        prompt_lens,
+        response_lens,
+        size=step.micro_batch_size,
+        budget=step.max_tokens_per_micro_batch,
+        where="update minibatch",
+    )
+    real, padded = token_counts(spans, prompt_lens, response_lens)
 
-    def forward(span: range, module: torch.nn.Module = model) -> ResponseLogprobs:
+    def forward(span: list[int], module: torch.nn.Module = model) -> ResponseLogprobs:
         with step.precision():
             return response_logprobs(
                 module,
@@ -95,28 +126,29 @@ def _minibatch_gradients(
                 temperature=step.temperature,
                 with_entropy=module is model,  # the reference only supplies ref_logp
                 share_prompts=True,
+                logits_chunk_tokens=step.logits_chunk_tokens,
             )
 
-    width = max(len(r) for r in response_ids)
+    def all_logprobs(module: torch.nn.Module) -> torch.Tensor:
+        with torch.no_grad():
+            return _pad_rows(spans, [forward(span, module).logprobs for span in spans], width)
+
+    width = max(response_lens)
     extra = {}
     if step.reference is not None:
-        with torch.no_grad():
-            rows = [row for span in spans for row in forward(span, step.reference).logprobs]
-        extra["ref_logp"] = _pad_rows(rows, width)
+        extra["ref_logp"] = all_logprobs(step.reference)
 
     if len(spans) == 1:
         result = forward(spans[0])
         loss, stats = loss_fn(result.logprobs, sequences, **extra)
         loss.backward()
-        return float(loss.detach()), result.entropy_sum, stats
+        return _Gradients(float(loss.detach()), result.entropy_sum, stats, real, padded)
 
-    with torch.no_grad():
-        rows = [row for span in spans for row in forward(span).logprobs]
-    new_logp = _pad_rows(rows, width).requires_grad_(True)
+    new_logp = all_logprobs(model).requires_grad_(True)
     loss, stats = loss_fn(new_logp, sequences, **extra)
     loss.backward()
     upstream = new_logp.grad
-    lengths = torch.tensor([len(r) for r in response_ids], device=upstream.device)
+    lengths = torch.tensor(response_lens, device=upstream.device)
     padding = torch.arange(width, device=upstream.device)[None, :] >= lengths[:, None]
     if bool((upstream[padding] != 0).any()):
         raise ValueError(
@@ -125,9 +157,10 @@ def _minibatch_gradients(
     entropy_sum = 0.0
     for span in spans:
         result = forward(span)
-        result.logprobs.backward(upstream[span.start : span.stop, : result.logprobs.shape[1]])
+        rows = torch.tensor(span, device=upstream.device)
+        result.logprobs.backward(upstream[rows, : result.logprobs.shape[1]])
         entropy_sum += result.entropy_sum
-    return float(loss.detach()), entropy_sum, stats
+    return _Gradients(float(loss.detach()), entropy_sum, stats, real, padded)
 
 
 def optimise(
@@ -142,20 +175,20 @@ def optimise(
     """Run `minibatches` in order; `prompt_ids[j]` is the tokenised prompt of `sequences[j]`.
 
     Returns the mean over minibatches of loss, pre-clip grad norm and every loss
-    stat, the token-mean entropy, and the total response token count. The ratio of
+    stat, the token-mean entropy, the total response token count and the forwards'
+    `padding_share` (padded positions that hold no token, of all positions). The ratio of
     two averaged count stats is their pooled ratio over the step; an averaged
     fraction would not be, which is why losses report counts.
     """
     params = [p for p in model.parameters() if p.requires_grad]
     totals: dict[str, float] = {}
-    losses, grad_norms, entropy_sum, tokens = [], [], 0.0, 0
+    losses, grad_norms, entropy_sum, tokens, real, padded = [], [], 0.0, 0, 0, 0
     for number, indices in enumerate(minibatches):
         batch_sequences = [sequences[i] for i in indices]
         batch_prompts = [prompt_ids[i] for i in indices]
         optimizer.zero_grad(set_to_none=True)
-        loss, entropy, stats = _minibatch_gradients(
-            model, batch_prompts, batch_sequences, loss_fn, step
-        )
+        result = _minibatch_gradients(model, batch_prompts, batch_sequences, loss_fn, step)
+        loss = result.loss
         if not math.isfinite(loss):
             raise FloatingPointError(f"minibatch {number}: loss is {loss}; no step taken")
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, step.grad_clip))
@@ -164,9 +197,10 @@ def optimise(
         optimizer.step()
         losses.append(loss)
         grad_norms.append(grad_norm)
-        entropy_sum += entropy
+        entropy_sum += result.entropy_sum
         tokens += sum(len(seq.response_token_ids) for seq in batch_sequences)
-        for key, value in _stats_as_floats(stats, f"minibatch {number}").items():
+        real, padded = real + result.real_tokens, padded + result.padded_tokens
+        for key, value in _stats_as_floats(result.stats, f"minibatch {number}").items():
             totals[key] = totals.get(key, 0.0) + value
     optimizer.zero_grad(set_to_none=True)
     count = len(minibatches)
@@ -179,5 +213,6 @@ def optimise(
         tokens=float(tokens),
         minibatches=float(count),
         sequences=float(sum(len(i) for i in minibatches)),
+        padding_share=1.0 - real / max(padded, 1),
     )
     return metrics

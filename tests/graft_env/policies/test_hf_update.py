@@ -181,7 +181,7 @@ def test_mixed_precision_computes_in_bfloat16_and_trains_float32_weights(make_po
     exact = make_policy(model_dirs["llama"])  # same weights, float32 compute
     assert next(policy.model.parameters()).dtype == torch.float32
     autocast_seen: list[bool] = []
-    policy.model.register_forward_hook(
+    policy.model.base_model.register_forward_hook(  # every forward runs the body
         lambda *_: autocast_seen.append(torch.is_autocast_enabled(policy.device.type))
     )
 
