@@ -26,6 +26,7 @@ COMMAND_MODULES = {
     "eval": "benchmarks.commands.eval",
     "compare": "benchmarks.commands.compare",
     "library": "benchmarks.commands.library",
+    "plan": "benchmarks.commands.plan",
 }
 PROGRESS_BARS_VAR = "HF_HUB_DISABLE_PROGRESS_BARS"  # huggingface_hub's, read by transformers
 # What an interrupted command leaves behind, and how to go on from there.

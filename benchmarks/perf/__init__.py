@@ -50,6 +50,14 @@ weight_sync          seconds of the vLLM backend's weight sync after a full upda
                      against one memory copy of the same weights, alternating rounds
                      (needs vLLM: .ci/vllm)
                      -> README "Measured on this machine", row "VLLMPolicy.sync_weights()"
+memory_plan_check    the memory plan against measured peaks on CPU (resident high-water
+                     mark, a fresh process per case): update and scoring of SmolLM3, Qwen3
+                     and Llama-3.2 shapes, real vocabularies, shrunk width and depth
+                     -> no README row (issue 27's report)
+scale_check          the paper's step at full size on one GPU: SmolLM3-3B and Qwen3-1.7B,
+                     random weights, one update of 8 x 8 x 4,096 tokens and 16 peer rows
+                     scored: peak memory beside the plan's, tokens/s, MFU (--shrink: CPU)
+                     -> no README row until it has run on a GPU
 
 Helpers (no main):
 
@@ -61,4 +69,6 @@ device_summary       device_check's closing table
 trl_workload         vs_trl's fixed workload (tiny Llama, character tokenizer, 16 prompts)
                      and the arithmetic of its report
 trl_sides            vs_trl's timed run of either trainer, ours or TRL's, in one process
+random_models        random-weight policies of the paper's architectures from their config
+                     classes, a fixed batch of exact lengths, peak-memory meters
 """

@@ -1,0 +1,115 @@
+"""The memory plan (`algorithms.training.memory_plan`): its arithmetic's properties, its
+one-line refusals, and `graft plan` on the shipped paper configs (no model loads)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from algorithms.training import memory_plan as mp
+from algorithms.training.run_config import load_config
+from benchmarks import cli
+from graft_env.policies.options import HFPolicyOptions
+
+REPO = Path(__file__).resolve().parents[3]
+QWEN = mp.paper_architecture("Qwen/Qwen3-1.7B-Base")
+PAPER = sorted(path.name for path in (REPO / "configs").glob("paper_*.yaml"))
+
+
+def plan(options: HFPolicyOptions, prompt: int = 512, response: int = 4096, rows: int = 256):
+    return mp.plan_policy(QWEN, options, mp.Workload(prompt, response, rows))
+
+
+def test_paper_shapes_count_their_published_parameters():
+    assert QWEN.params == pytest.approx(1.72e9, rel=0.01)  # Qwen3-1.7B, tied embeddings
+    assert mp.paper_architecture("HuggingFaceTB/SmolLM3-3B-Base").params == pytest.approx(
+        3.08e9, rel=0.01
+    )
+
+
+def test_the_parameter_count_is_the_built_models(tmp_path):
+    """Architecture.params equals a transformers model built from the same config."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.Qwen3Config(
+        vocab_size=1000, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, tie_word_embeddings=False,
+    )  # fmt: skip
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    built = sum(p.numel() for p in model.parameters())
+    assert mp.Architecture.from_config(config.to_dict()).params == built
+
+
+@given(
+    st.integers(1, 8192), st.integers(1, 8192), st.integers(1, 2**16), st.booleans(), st.booleans()
+)
+def test_more_tokens_never_need_less_memory(response, extra, budget, checkpointing, autocast):
+    options = HFPolicyOptions(
+        gradient_checkpointing=checkpointing,
+        autocast="bfloat16" if autocast else None,
+        max_tokens_per_micro_batch=budget,
+    )
+    for phase in mp.PHASES:
+        shorter = plan(options, response=response).transient(phase)
+        assert plan(options, response=response + extra).transient(phase) >= shorter
+        larger = dataclasses.replace(options, max_tokens_per_micro_batch=budget + extra)
+        assert plan(larger, response=response).transient(phase) >= shorter
+
+
+@given(st.integers(1, 16384), st.integers(1, 8192), st.integers(1, 64))
+def test_chunking_bounds_the_logits_whatever_the_response_length(chunk, response, rows):
+    options = HFPolicyOptions(logits_chunk_tokens=chunk, micro_batch_size=rows)
+    bound = chunk * QWEN.vocab_size * (4 + 4 * mp.LOGITS_COPIES["update"])
+    terms = plan(options, response=response).phases["update"]
+    (logits,) = [term for term in terms if term.name == "log-prob logits"]
+    assert logits.bytes <= bound
+    assert logits.bytes == pytest.approx(
+        min(chunk, rows * response) * QWEN.vocab_size * (4 + 4 * mp.LOGITS_COPIES["update"])
+    )
+
+
+def test_checkpointing_saves_activations():
+    on, off = HFPolicyOptions(gradient_checkpointing=True), HFPolicyOptions()
+    assert plan(on).transient("update") < plan(off).transient("update")
+    assert plan(on).activations_without_checkpointing == plan(off).activations_without_checkpointing
+
+
+def test_an_oversized_config_is_refused_in_one_line_naming_the_knob(capsys):
+    config = REPO / "configs" / "paper_smollm3_qwen3.yaml"
+    argv = ["plan", str(config), "--gpu-memory", "80", "--gpus", "4"]
+    budget = "agents.1.options.max_tokens_per_micro_batch=524288"
+    assert cli.main([*argv, "--set", budget]) == 2
+    error = capsys.readouterr().err.strip()
+    assert "\n" not in error
+    assert error.startswith("graft plan: error: agents.1.options.max_tokens_per_micro_batch: ")
+    assert "qwen3-1.7b needs" in error
+    chunk = "agents.0.options.logits_chunk_tokens=1000000"
+    assert cli.main([*argv, "--set", chunk]) == 2
+    assert "agents.0.options.logits_chunk_tokens: " in capsys.readouterr().err
+
+
+def test_a_budget_below_one_row_is_refused_naming_it(capsys):
+    config = REPO / "configs" / "paper_smollm3_qwen3.yaml"
+    small = "agents.0.options.max_tokens_per_micro_batch=4096"
+    assert cli.main(["plan", str(config), "--gpu-memory", "141", "--set", small]) == 2
+    error = capsys.readouterr().err
+    assert "agents.0.options.max_tokens_per_micro_batch: 4096 is below one row" in error
+
+
+def test_without_a_gpu_plan_asks_for_its_memory(capsys, monkeypatch):
+    monkeypatch.setattr(mp, "found_gpus", lambda: (0.0, 0))
+    config = REPO / "configs" / "paper_smollm3_qwen3.yaml"
+    assert cli.main(["plan", str(config)]) == 2
+    assert "--gpu-memory: no GPU found" in capsys.readouterr().err
+    assert mp.check_before_launch(load_config(config)) == []  # graft train on CPU: no check
+
+
+@pytest.mark.parametrize("name", PAPER)
+@pytest.mark.parametrize("gib", [141, 80])
+def test_the_paper_configs_fit_their_gpus(name, gib, capsys):
+    assert cli.main(["plan", str(REPO / "configs" / name), "--gpu-memory", str(gib)]) == 0
+    out = capsys.readouterr().out
+    assert "DOES NOT FIT" not in out and out.count(": fits") >= 2
