@@ -17,9 +17,14 @@ questions the warm start already memorised would measure recall, not learning.
 items per skill, interleaved round-robin (item 0 of every skill, then item 1, ...).
 `difficulty` is a level 1-5, a list of levels drawn uniformly per item, or None for
 the graded mix: levels drawn with weights 5:4:3:2:1, so most items are easy.
+`families=[...]` (`families.FAMILIES`: "borrow", "carry", "long_gcd") keeps, for each
+chosen skill with a listed family, only that family's items: item i is then the i-th
+index whose item is in the family (the gap study's prompts and held-out sets). At least
+one listed family must belong to a chosen skill.
 
 Modules:
 
+families          item families (borrow, carry, long gcd): sub-procedures as pure predicates
 skills            the procedural skills: each draws one item at a level from 1 to 5
 """
 
@@ -31,6 +36,7 @@ import zlib
 from collections.abc import Sequence
 
 from graft_env.data.problem import DatasetError, Problem
+from graft_env.data.procedural.families import FAMILIES, check_family, in_family
 from graft_env.data.procedural.skills import SKILL_SPECS
 from graft_env.data.registry import register_dataset
 
@@ -106,8 +112,10 @@ def load_procedural(
     size: int | None = None,
     seed: int = 0,
     difficulty: Difficulty = None,
+    families: Sequence[str] | None = None,
 ) -> list[Problem]:
-    """`size` items per skill (default 2000 train / 200 test), skills interleaved."""
+    """`size` items per skill (default 2000 train / 200 test), skills interleaved; with
+    `families`, a skill's items are those of its listed families only."""
     if isinstance(skills, str):
         raise DatasetError(f"skills must be a list of skill names, got the string {skills!r}")
     chosen = list(SKILLS if skills is None else skills)
@@ -122,11 +130,39 @@ def load_procedural(
         raise DatasetError(f"size must be a positive integer (items per skill), got {count!r}")
     if difficulty is not None:
         _check_levels(difficulty)
+    if families is not None:
+        return _family_items(chosen, list(families), count, seed, split, difficulty)
     return [
         generate(skill, index, seed=seed, split=split, difficulty=difficulty)
         for index in range(count)
         for skill in chosen
     ]
+
+
+def _family_items(
+    chosen: list[str], names: list[str], count: int, seed: int, split: str, difficulty: Difficulty
+) -> list[Problem]:
+    """`count` items per skill, interleaved; a skill with listed families keeps only the
+    items in one of them (scanning indices 0, 1, ...)."""
+    if isinstance(names, str) or not names:
+        raise DatasetError(f"families must be a non-empty list of family names, got {names!r}")
+    for name in names:
+        check_family(name)
+    if not any(FAMILIES[n].skill in chosen for n in names):
+        raise DatasetError(f"families {names}: none is a family of the skills {chosen}")
+    columns = []
+    for skill in chosen:
+        mine = [n for n in names if FAMILIES[n].skill == skill]
+        items, index = [], 0
+        while len(items) < count:
+            if index >= _MAX_DRAWS * count:
+                raise DatasetError(f"{skill}: fewer than {count} items of {mine} in {split}")
+            problem = generate(skill, index, seed=seed, split=split, difficulty=difficulty)
+            if not mine or any(in_family(n, problem) for n in mine):
+                items.append(problem)
+            index += 1
+        columns.append(items)
+    return [column[i] for i in range(count) for column in columns]
 
 
 def _check_skill(skill: str) -> None:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import os
 import shutil
@@ -50,12 +51,15 @@ from graft_env.policies.hf import HFPolicy
 from graft_env.policies.tiny import tokenizer as tiny_tokenizer
 from graft_env.policies.tiny.config import (
     PAIRS,
+    SKILLS,
     TinyModelSpec,
     TinyPairConfig,
-    base_skill_weights,
     cache_key,
     evaluation_problems,
-    skill_targets,
+    key_targets,
+    member_index,
+    mix_key,
+    mix_weights,
     target_problems,
     training_problems,
 )
@@ -71,6 +75,7 @@ from graft_env.rewards import verify_batch
 
 COMPLETE_FILE = "build.json"
 REPORT_FILE = "report.json"
+WEIGHTS_FILE = "model.safetensors"
 TOKENIZER_CORPUS = 4000  # problems the BPE merges are learned from
 
 
@@ -93,8 +98,11 @@ def _skill_pass_at_1(
     problems: list[Problem],
     n: int,
     sampling: SamplingParams,
+    keys: list[str] | None = None,
 ) -> dict[str, float]:
-    """Mean reward of `n` samples per problem, per skill (the warm start's check)."""
+    """Mean reward of `n` samples per problem, per skill, or per `keys[i]` for problem i
+    (a gap pair's skills and families; the warm start's check)."""
+    keys = keys if keys is not None else [p.extra["skill"] for p in problems]
     prompts = [tokenizer(format_prompt(p.problem, tokenizer))["input_ids"] for p in problems]
     sampled = sample(
         model,
@@ -109,7 +117,7 @@ def _skill_pass_at_1(
     verdicts = verify_batch(texts, [p.answer for p in problems for _ in range(n)])
     totals: dict[str, list[float]] = {}
     for index, verdict in enumerate(verdicts):
-        totals.setdefault(problems[index // n].extra["skill"], []).append(verdict.reward)
+        totals.setdefault(keys[index // n], []).append(verdict.reward)
     return {skill: sum(rewards) / len(rewards) for skill, rewards in totals.items()}
 
 
@@ -122,12 +130,19 @@ def _target_mix(
     problems: list[Problem],
     history: list[dict],
 ) -> SkillMix:
-    """The warm start to `config.targets` (see `WarmStartTargets`); every check is
-    appended to `history`."""
+    """The warm start to `config.targets` (see `WarmStartTargets`, and `GapTargets` for a
+    gap pair's families: reached, the model's own gap family gets weight 0); every
+    check is appended to `history`."""
     targets = config.targets
-    goal = skill_targets(spec, targets)
-    base = base_skill_weights(spec, config)
+    goal = key_targets(spec, config)
+    base = mix_weights(spec, config, problems)
     held_out = target_problems(config, seed)
+    # only a gap pair names keys (the testbed's tests script this check with five arguments)
+    keyed = {} if config.gap is None else {"keys": [mix_key(p, config) for p in held_out]}
+    families = [k for k in base if k not in SKILLS]
+    hold = ()
+    if config.gap is not None and config.gap.dose > 0:
+        hold = (config.gap.families[member_index(spec, config)],)
 
     def weights(step: int) -> dict[str, float] | None:
         if step < targets.first_check:
@@ -135,20 +150,22 @@ def _target_mix(
         sampling = SamplingParams(
             temperature=1.0, top_p=1.0, max_new_tokens=targets.check_max_new_tokens, seed=step
         )
-        measured = _skill_pass_at_1(model, tokenizer, held_out, targets.check_n, sampling)
+        measured = _skill_pass_at_1(model, tokenizer, held_out, targets.check_n, sampling, **keyed)
         reached = sorted(s for s in base if measured[s] >= goal[s])
         shown = "  ".join(f"{s} {measured[s]:.0%}/{goal[s]:.0%}" for s in base)
         print(f"[{spec.name}] step {step:5d}  pass@1/target  {shown}", flush=True)
         own = [measured[s] for s in spec.skills]
-        peer = [measured[s] for s in base if s not in spec.skills]
+        peer = [measured[s] for s in base if s in SKILLS and s not in spec.skills]
+        short = [f for f in families if measured[f] < goal[f]]
         new = None
-        if sum(own) / len(own) < targets.own or sum(peer) / len(peer) < targets.peer:
+        if sum(own) / len(own) < targets.own or sum(peer) / len(peer) < targets.peer or short:
             factor = {s: targets.reached_weight if s in reached else 1.0 for s in base}
+            factor.update({f: 0.0 for f in hold if f in reached})
             new = {s: w * factor[s] for s, w in base.items()}
         history.append({"step": step, "pass_at_1": measured, "reached": reached, "weights": new})
         return new
 
-    return SkillMix([p.extra["skill"] for p in problems], targets.check_every, weights)
+    return SkillMix([mix_key(p, config) for p in problems], targets.check_every, weights)
 
 
 def _warm_start(
@@ -226,6 +243,15 @@ def _warm_start_all(
         return {name: future.result() for name, future in futures.items()}
 
 
+def weights_sha256(model_dir: Path) -> str:
+    """SHA-256 of a saved model's weights file (`model.safetensors`), hex."""
+    digest = hashlib.sha256()
+    with open(Path(model_dir) / WEIGHTS_FILE, "rb") as file:
+        for chunk in iter(lambda: file.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def _model_paths(root: Path, config: TinyPairConfig) -> dict[str, Path]:
     return {spec.name: root / spec.name for spec in config.models}
 
@@ -262,12 +288,14 @@ def build_tiny_pair(
     warm_start_seconds = time.perf_counter() - started
     policies = {name: HFPolicy(path) for name, path in _model_paths(staging, config).items()}
     report_started = time.perf_counter()
+    problems = evaluation_problems(config, seed)
     report = complementarity_report(
         policies,
-        evaluation_problems(config, seed),
+        problems,
         n=config.eval_n,
         seed=seed,
         max_new_tokens=config.eval_max_new_tokens,
+        groups=[mix_key(p, config) for p in problems],
     )
     report["level_weights"] = list(config.level_weights)
     add_skill_mix_summary(report, {spec.name: spec.skills for spec in config.models})
@@ -281,6 +309,9 @@ def build_tiny_pair(
         "threads": threads,
         "warm_start_seconds": warm_start_seconds,
         "report_seconds": time.perf_counter() - report_started,
+        "weights_sha256": {
+            name: weights_sha256(path) for name, path in _model_paths(staging, config).items()
+        },
     }
     (staging / COMPLETE_FILE).write_text(json.dumps(build, indent=2))
     log(f"warm-start {warm_start_seconds:.0f}s, report {build['report_seconds']:.0f}s")

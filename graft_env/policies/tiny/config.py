@@ -2,9 +2,10 @@
 
 Everything here enters the cache key (`cache_key`), so a change to any of it
 builds a new pair instead of loading a stale one. Two pairs are built by the one
-builder (`PAIRS`): the tiny pair the tests use (`TinyPairConfig()`), and the
+builder (`PAIRS`): the tiny pair the tests use (`TinyPairConfig()`), the
 testbed (`TESTBED`), warm-started to per-skill pass@1 targets so that exchange
-has something to carry (issue 16).
+has something to carry (issue 16), and the gap pairs (`GAP_PAIRS`, issue 29): the
+testbed with each model kept from one sub-procedure its peer learns.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 
 from graft_env.data import Problem
 from graft_env.data.procedural import LEVELS, SKILLS, generate
+from graft_env.data.procedural.families import FAMILIES, check_family, family_of, in_family
 from graft_env.policies.tiny.models import TinyShape
 from graft_env.policies.tiny.sft import SFTConfig
 from graft_env.policies.tiny.tokenizer import CHATML_STYLE, PLAIN_STYLE, TokenizerSpec
@@ -91,6 +93,49 @@ class WarmStartTargets:
 
 
 @dataclass(frozen=True)
+class GapTargets:
+    """The gap pair (issue 29): each model kept from one sub-procedure the other learns.
+
+    families[i] is model i's gap: an item family (`procedural.families`) of a skill the
+    other model owns. Model i still learns that skill's other items (the answer format),
+    and the other model is warm-started to `peer` pass@1 on the family.
+    dose: model i's pass@1 target on its own gap family (the study's dose). 0: it never
+        sees an item of the family; above 0: the family's items stay in its pool, and
+        once a check finds the target reached their weight is 0 until a check finds it
+        below again (so the warm start holds near the dose instead of passing it).
+    peer: the target of each model on the other's gap family (40-60 %: mixed groups,
+        not all-pass). 0: both models are kept from both families (the "both weak"
+        control).
+    """
+
+    families: tuple[str, ...]
+    dose: float = 0.0
+    peer: float = 0.5
+
+    def __post_init__(self) -> None:
+        for name in self.families:
+            check_family(name)
+        if len(set(self.families)) != len(self.families):
+            raise ValueError(f"GapTargets.families must be distinct, got {list(self.families)}")
+        if not 0.0 <= self.dose < 1.0:
+            raise ValueError(f"GapTargets.dose must be in [0, 1), got {self.dose}")
+        if not 0.0 <= self.peer <= 1.0:
+            raise ValueError(f"GapTargets.peer must be in [0, 1], got {self.peer}")
+
+    def withheld(self, member: int) -> tuple[str, ...]:
+        """The families model `member` never trains on (see `dose` and `peer`)."""
+        own = (self.families[member],) if self.dose == 0 else ()
+        others = tuple(f for i, f in enumerate(self.families) if i != member)
+        return own + (others if self.peer == 0 else ())
+
+    def goals(self, member: int) -> dict[str, float]:
+        """Model `member`'s pass@1 target per family it trains on."""
+        goals = {f: self.peer for i, f in enumerate(self.families) if i != member}
+        goals[self.families[member]] = self.dose
+        return {f: g for f, g in goals.items() if f not in self.withheld(member)}
+
+
+@dataclass(frozen=True)
 class TinyPairConfig:
     """Everything the build depends on besides the seed (all of it enters the cache key).
 
@@ -109,6 +154,9 @@ class TinyPairConfig:
     name: the pair's cache directory prefix.
     targets: warm-start to per-skill pass@1 targets (`WarmStartTargets`), with
         `sft.steps` as the cap; None: train for exactly `sft.steps`.
+    gap: the gap pair's families and targets (`GapTargets`; needs `targets`): the
+        families' items are mixed, checked and reported apart from the rest of their
+        skill (`mix_key`). None: no families.
     """
 
     models: tuple[TinyModelSpec, ...] = (
@@ -129,6 +177,7 @@ class TinyPairConfig:
     eval_max_new_tokens: int = 256
     name: str = "tiny-pair"
     targets: WarmStartTargets | None = None
+    gap: GapTargets | None = None
 
     def __post_init__(self) -> None:
         names = [m.name for m in self.models]
@@ -148,23 +197,84 @@ class TinyPairConfig:
             raise ValueError(
                 "targets need peer_skill_share > 0: peer skills have no data to reach theirs"
             )
+        if self.gap is not None:
+            self._check_gap(self.gap)
+
+    def _check_gap(self, gap: GapTargets) -> None:
+        if self.targets is None:
+            raise ValueError(f"TinyPairConfig {self.name!r}: gap needs warm-start targets")
+        if len(gap.families) != len(self.models):
+            raise ValueError(
+                f"TinyPairConfig {self.name!r}: gap.families needs one family per model "
+                f"({len(self.models)}), got {list(gap.families)}"
+            )
+        for index, family in enumerate(gap.families):
+            owners = [m.name for m in self.models if FAMILIES[family].skill in m.skills]
+            if owners and self.models[index].name in owners:
+                raise ValueError(
+                    f"TinyPairConfig {self.name!r}: gap.families[{index}] = {family!r} is a "
+                    f"family of {self.models[index].name}'s own skill; a gap is a peer skill"
+                )
+            if not owners:
+                raise ValueError(
+                    f"TinyPairConfig {self.name!r}: gap.families[{index}] = {family!r}: no "
+                    f"model owns its skill {FAMILIES[family].skill!r} to learn it"
+                )
 
 
 # Fields added after build version 3 enter the key only when they differ from their
 # default, so the tiny pair the tests use keeps its key (and its cached build).
-_KEYED_WHEN_SET = {"name": "tiny-pair", "targets": None}
+_KEYED_WHEN_SET = {"name": "tiny-pair", "targets": None, "gap": None}
+FAMILY_FINGERPRINT_ITEMS = 64  # items per gap family whose membership enters the key
 
 
 def cache_key(config: TinyPairConfig, seed: int) -> str:
-    """Hash of the build version, seed, config and a sample of the data generators."""
+    """Hash of the build version, seed, config and a sample of the data generators (and,
+    for a gap pair, of which sampled items its family filters select)."""
     sample = [generate(skill, i, seed=seed) for skill in SKILLS for i in range(3)]
     fingerprint = [(p.problem, p.extra["solution"]) for p in sample]
     fields = dataclasses.asdict(config)
     for name, default in _KEYED_WHEN_SET.items():
         if fields[name] == default:
             del fields[name]
+    if config.gap is not None:
+        fingerprint.append(_family_fingerprint(config.gap.families, seed))
     payload = json.dumps([BUILD_VERSION, seed, fields, fingerprint], sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def _family_fingerprint(families: tuple[str, ...], seed: int) -> list[list[bool]]:
+    """Each family's verdict on the first items of its skill at every level: a filter
+    that selects other items makes another key."""
+    return [
+        [
+            in_family(name, generate(FAMILIES[name].skill, i, seed=seed, difficulty=level))
+            for level in LEVELS
+            for i in range(FAMILY_FINGERPRINT_ITEMS // len(LEVELS))
+        ]
+        for name in families
+    ]
+
+
+def member_index(spec: TinyModelSpec, config: TinyPairConfig) -> int:
+    return [m.name for m in config.models].index(spec.name)
+
+
+def mix_key(problem: Problem, config: TinyPairConfig) -> str:
+    """What an item is mixed, checked and reported as: its gap family if it has one,
+    else its skill."""
+    families = config.gap.families if config.gap is not None else ()
+    return family_of(problem, families) or problem.extra["skill"]
+
+
+def _draw(skill: str, index: int, config: TinyPairConfig, withheld: tuple[str, ...], **kw):
+    """Item `index` of `skill`, or, when it is in a `withheld` family, the first item at
+    index + k * train_problems (k = 1, 2, ...) that is not (same keyword arguments)."""
+    for attempt in range(1000):
+        problem = generate(skill, index + attempt * config.train_problems, **kw)
+        if family_of(problem, withheld) is None:
+            return problem
+    raise RuntimeError(f"{skill}: 1000 draws all in the withheld families {list(withheld)}")
 
 
 def training_problems(spec: TinyModelSpec, config: TinyPairConfig, seed: int) -> list[Problem]:
@@ -172,19 +282,24 @@ def training_problems(spec: TinyModelSpec, config: TinyPairConfig, seed: int) ->
     levels drawn by `level_weights`, all from the procedural "sft" split, so RL on
     the "train" split and evaluation on "test" use questions the warm start never saw."""
     others = [s for s in SKILLS if s not in spec.skills]
+    withheld = () if config.gap is None else config.gap.withheld(member_index(spec, config))
     stream = random.Random(f"tiny-pair/{spec.name}/{seed}")
     problems = []
     for index in range(config.train_problems):
         pool = others if others and stream.random() < config.peer_skill_share else spec.skills
         level = stream.choices(LEVELS, weights=config.level_weights)[0]
         skill = pool[index % len(pool)]
-        problems.append(generate(skill, index, seed=seed, split="sft", difficulty=level))
+        kw = {"seed": seed, "split": "sft", "difficulty": level}
+        problems.append(_draw(skill, index, config, withheld, **kw))
     return problems
 
 
 def evaluation_problems(config: TinyPairConfig, seed: int) -> list[Problem]:
-    """`eval_prompts_per_skill` test-split items of every skill, levels by `level_weights`."""
+    """`eval_prompts_per_skill` test-split items of every skill (a gap pair: of every
+    `mix_key`), levels by `level_weights`."""
     stream = random.Random(f"tiny-pair/eval/{seed}")
+    if config.gap is not None:
+        return keyed_problems(config, seed, "test", config.eval_prompts_per_skill, stream, 0)
     return [
         generate(
             skill,
@@ -213,6 +328,58 @@ def skill_targets(spec: TinyModelSpec, targets: WarmStartTargets) -> dict[str, f
     return {s: targets.own if s in spec.skills else targets.peer for s in SKILLS}
 
 
+def mix_weights(
+    spec: TinyModelSpec, config: TinyPairConfig, problems: list[Problem]
+) -> dict[str, float]:
+    """`base_skill_weights`, and for a gap pair each skill's weight split between its
+    items outside the families and each family by their counts in `problems` (the pool)."""
+    base = base_skill_weights(spec, config)
+    if config.gap is None:
+        return base
+    counts: dict[str, dict[str, int]] = {}
+    for problem in problems:
+        per_skill = counts.setdefault(problem.extra["skill"], {})
+        key = mix_key(problem, config)
+        per_skill[key] = per_skill.get(key, 0) + 1
+    return {
+        key: base[skill] * count / sum(keys.values())
+        for skill, keys in counts.items()
+        for key, count in keys.items()
+    }
+
+
+def key_targets(spec: TinyModelSpec, config: TinyPairConfig) -> dict[str, float]:
+    """The pass@1 target of every trained mix key: `skill_targets`, and a gap pair's
+    `GapTargets.goals`."""
+    goals = skill_targets(spec, config.targets)
+    if config.gap is not None:
+        goals.update(config.gap.goals(member_index(spec, config)))
+    return goals
+
+
+def keyed_problems(
+    config: TinyPairConfig, seed: int, split: str, count: int, stream: random.Random, start: int
+) -> list[Problem]:
+    """`count` items of every mix key of a gap pair: per skill, indices from `start` on
+    (levels drawn from `stream` by `level_weights`), each kept while its key needs more."""
+    problems = []
+    for skill in SKILLS:
+        families = [f for f in config.gap.families if FAMILIES[f].skill == skill]
+        needed = {key: count for key in [skill, *families]}
+        index = start
+        while any(needed.values()):
+            if index - start > 1000 * count:
+                raise RuntimeError(f"{skill}: too few items of {sorted(needed)} in {split}")
+            level = stream.choices(LEVELS, weights=config.level_weights)[0]
+            problem = generate(skill, index, seed=seed, split=split, difficulty=level)
+            key = mix_key(problem, config)
+            if needed[key]:
+                needed[key] -= 1
+                problems.append(problem)
+            index += 1
+    return problems
+
+
 def target_problems(config: TinyPairConfig, seed: int) -> list[Problem]:
     """The warm start's held-out check: `check_prompts` items per skill, levels by
     `level_weights`, from the procedural "train" split. Not "sft": at level 1 the
@@ -223,6 +390,9 @@ def target_problems(config: TinyPairConfig, seed: int) -> list[Problem]:
     if config.targets is None:
         raise ValueError(f"pair {config.name!r} has no warm-start targets")
     stream = random.Random(f"tiny-pair/targets/{seed}")
+    if config.gap is not None:
+        count = config.targets.check_prompts
+        return keyed_problems(config, seed, "train", count, stream, TARGET_INDEX_OFFSET)
     return [
         generate(
             skill,
@@ -259,7 +429,38 @@ TESTBED = TinyPairConfig(
     targets=WarmStartTargets(),
 )
 
-PAIRS: dict[str, TinyPairConfig] = {"tiny-pair": TinyPairConfig(), "testbed-pair": TESTBED}
+
+def gap_pair(name: str, dose: float, peer: float = 0.5) -> TinyPairConfig:
+    """The gap pair (issue 29): the testbed, with gap-a kept from subtraction with a
+    borrow (gap-b's skill) and gap-b from addition with a carry (gap-a's), each warm-started
+    to `dose` pass@1 on its own gap and `peer` on the other's (`GapTargets`)."""
+    return dataclasses.replace(
+        TESTBED,
+        models=(
+            dataclasses.replace(TESTBED.models[0], name=f"{name}-a"),
+            dataclasses.replace(TESTBED.models[1], name=f"{name}-b"),
+        ),
+        name=name,
+        gap=GapTargets(families=("borrow", "carry"), dose=dose, peer=peer),
+    )
+
+
+# The gap study's builds (docs/study/GAP-PREREGISTRATION.md): four doses, and the two null
+# controls: a peer at ~90 % on the family (all-pass groups, no candidates) and both weak.
+GAP_PAIRS = {
+    "gap-d0": gap_pair("gap-d0", 0.0),
+    "gap-d5": gap_pair("gap-d5", 0.05),
+    "gap-d15": gap_pair("gap-d15", 0.15),
+    "gap-d30": gap_pair("gap-d30", 0.30),
+    "gap-strong": gap_pair("gap-strong", 0.0, peer=0.9),
+    "gap-weak": gap_pair("gap-weak", 0.0, peer=0.0),
+}
+
+PAIRS: dict[str, TinyPairConfig] = {
+    "tiny-pair": TinyPairConfig(),
+    "testbed-pair": TESTBED,
+    **GAP_PAIRS,
+}
 
 
 def pair_of(model: str) -> TinyPairConfig | None:

@@ -35,10 +35,12 @@ def complementarity_report(
     n: int = 8,
     seed: int = 0,
     max_new_tokens: int = 256,
+    groups: Sequence[str] | None = None,
 ) -> dict:
     """Evaluate every policy on `problems` at temperature 1.0, top-p 1.0.
 
-    Problems are grouped by `extra["skill"]` when they have one (the procedural
+    Problems are grouped by `groups` (one name per problem: a gap pair's skills and
+    item families), else by `extra["skill"]` when they have one (the procedural
     family), else all count as one group "all".
     Returns a JSON-ready dict: per model and skill, `pass_at_1` (mean reward) and
     `all_fail` (share of prompts with no success among n); verifier status counts;
@@ -50,7 +52,10 @@ def complementarity_report(
         raise ValueError(f"need at least two policies to compare, got {list(policies)}")
     if not problems:
         raise ValueError("complementarity_report needs at least one problem")
-    skill_of = np.array([p.extra.get("skill", "all") for p in problems])
+    if groups is not None and len(groups) != len(problems):
+        raise ValueError(f"groups names {len(groups)} groups for {len(problems)} problems")
+    named = groups if groups is not None else [p.extra.get("skill", "all") for p in problems]
+    skill_of = np.array(list(named))
     skills = list(dict.fromkeys(skill_of.tolist()))
     sampling = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=max_new_tokens, seed=seed)
     report: dict = {
