@@ -3,6 +3,7 @@
 Modules:
 
 library_report    the pre-registered library comparison's report
+probe             the exchange funnel of a built pair's first steps, before a study runs
 plots             the study report's figures: learning curves and the exchange funnel
 report            the pre-registered study's report: table, verdicts, plots
 stats             paired contrasts with bootstrap intervals, verdicts, power
