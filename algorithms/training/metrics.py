@@ -15,7 +15,7 @@ import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -69,6 +69,17 @@ def read_rows(path: Path) -> list[tuple[str, dict[str, Any]]]:
             )
         out.append((line, row))
     return out
+
+
+def _cut_back(handle: BinaryIO, size: int) -> str:
+    """Cut a log whose append failed back to `size` bytes (truncating needs no free space);
+    says what is left."""
+    try:
+        handle.truncate(size)
+        os.fsync(handle.fileno())
+    except OSError as error:
+        return f"and cutting off its part failed too ({error.strerror or error}): a torn last line"
+    return "the log keeps its earlier rows only"
 
 
 def rollout_metrics(rollouts: AgentRollouts, status_counts: Mapping[str, int]) -> dict[str, float]:
@@ -155,22 +166,26 @@ class MetricsLog:
         )
 
     def write(self, step: int, agent: str, metrics: Mapping[str, Any]) -> None:
-        """Append one row; a failed append (a full disk, whose `OSError` names no file) is an
-        `OSError` naming the log (a part of the row left behind is a torn last line, which
-        `read_rows` drops)."""
+        """Append one row, whole or not at all: a failed append (a full disk, whose `OSError`
+        names no file) cuts the log back to its rows before it and is an `OSError` naming the
+        log, so no torn line is left for a later append to follow (a kill mid-append still
+        can leave one: `read_rows` drops it)."""
         row = {"step": step, "agent": agent, **metrics}
-        try:
-            with self.path.open("a") as handle:
-                handle.write(json.dumps(row, sort_keys=True) + "\n")
-                handle.flush()
+        data = (json.dumps(row, sort_keys=True) + "\n").encode()
+        with self.path.open("ab", buffering=0) as handle:  # unbuffered: no retry at close
+            end = handle.seek(0, os.SEEK_END)
+            try:
+                written = 0
+                while written < len(data):  # a short write is no error; the next one is
+                    written += handle.write(data[written:])
                 os.fsync(handle.fileno())
-        except OSError as error:
-            reason = error.strerror or str(error)
-            raise OSError(
-                error.errno,
-                f"{reason}; the metrics row of step {step} ({agent}) was not written",
-                str(self.path),
-            ) from error
+            except OSError as error:
+                raise OSError(
+                    error.errno,
+                    f"{error.strerror or error}; the metrics row of step {step} ({agent}) was "
+                    f"not written ({_cut_back(handle, end)})",
+                    str(self.path),
+                ) from error
         if self._tb is not None:
             for key, value in metrics.items():
                 if isinstance(value, int | float) and not isinstance(value, bool):

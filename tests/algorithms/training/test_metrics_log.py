@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import logging
+import subprocess
+import sys
 
 import pytest
 
@@ -49,3 +51,39 @@ def test_a_damaged_line_before_the_last_is_an_error_naming_file_and_line(tmp_pat
     log.path.write_text("".join(line + "\n" for line in lines))
     with pytest.raises(MetricsError, match=rf"^{log.path}:2: not a JSON metrics row"):
         log.rows()
+
+
+FULL_DISK = """
+import json, resource, signal, sys
+from algorithms.training.metrics import MetricsLog
+
+log = MetricsLog(sys.argv[1], tensorboard=False)
+for step in range(3):
+    log.write(step, "a", {"reward_mean": 0.5})
+size = log.path.stat().st_size
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # past the limit, writes fail with EFBIG
+resource.setrlimit(resource.RLIMIT_FSIZE, (size + 20, resource.RLIM_INFINITY))
+try:
+    log.write(3, "a", {"reward_mean": 0.25, "note": "x" * 200})
+except OSError as error:
+    print(json.dumps({"error": str(error), "size": size}))
+"""
+
+
+def test_a_failed_append_leaves_no_torn_line_for_the_next_one(tmp_path):
+    """A file-size limit fails the append part-way, as a full disk does: the log is cut back
+    to its complete rows, the error names the log, and the next append follows them."""
+    done = subprocess.run(
+        [sys.executable, "-c", FULL_DISK, str(tmp_path)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    reported = json.loads(done.stdout)
+    log = MetricsLog(tmp_path, tensorboard=False)
+    assert log.path.stat().st_size == reported["size"]  # the part written is gone again
+    assert str(log.path) in reported["error"] and "\n" not in reported["error"]
+    assert (
+        "row of step 3 (a) was not written (the log keeps its earlier rows only)"
+        in (reported["error"])
+    )
+    log.write(3, "a", {"reward_mean": 0.75})
+    assert [(row["step"], row["reward_mean"]) for row in log.rows()][-2:] == [(2, 0.5), (3, 0.75)]
