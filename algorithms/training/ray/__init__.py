@@ -8,6 +8,7 @@ processes. Ray is an optional extra: the names below need `ray` installed, excep
 the `ray:` schema (`RayOptions`, `parse_ray_options`).
 
     config.backend == "ray"  ->  make_ray_policies(config) -> {agent: RayPolicy}
+    ... with ray.ranks_per_agent: k  ->  {agent: GroupPolicy} (k FSDP2 ranks per agent)
 
 Pieces: `.options` (the `ray:` schema), `.cluster` (connection, placement group,
 actors), `.policy` (proxy, failures, traffic meter), `.worker` (the actor). How to
@@ -16,8 +17,14 @@ run on GPUs and several nodes: docs/scale-out.md. Names load on first use (PEP 5
 Modules:
 
 cluster           connect to (or start) Ray and start one `PolicyWorker` per agent
+fsdp              FSDP2 on one rank: shard a transformers model, and gather it whole
+group             `GroupPolicy`: one agent as a worker group of k ranks (`ray.ranks_per_agent`)
 options           the `ray:` section of a run config
 policy            `RayPolicy`: the driver-side proxy of one actor
+rank              one rank of a worker group: a Ray actor in a torch.distributed group
+sharded_checkpoint  a worker group's checkpoint: DCP shards, RNG per rank, an HF export
+sharded_update    one optimisation pass of a rank: its rows, the whole minibatch's loss
+split             how a worker group divides one call's rows among its ranks
 worker            what runs in one agent's actor: policy, optimizer, algorithm
 """
 
@@ -28,6 +35,7 @@ from graft_env.lazy import lazy_exports
 _EXPORTS = {
     "AgentFailure": "algorithms.training.ray.policy",
     "ClusterError": "algorithms.training.ray.cluster",
+    "GroupPolicy": "algorithms.training.ray.group",
     "PendingCall": "algorithms.training.ray.policy",
     "RayOptions": "algorithms.training.ray.options",
     "RayPolicy": "algorithms.training.ray.policy",

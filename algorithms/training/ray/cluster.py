@@ -9,7 +9,9 @@ waits. The bundle layout over nodes follows `ray.placement_strategy`.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
@@ -19,10 +21,23 @@ import algorithms
 from algorithms.training.ray.options import RayOptions, check_agent_devices, parse_ray_options
 from algorithms.training.ray.policy import ActorGroup, RayPolicy
 from algorithms.training.ray.worker import PolicyWorker
-from algorithms.training.run_config import TrainConfig
+from algorithms.training.run_config import ConfigError, TrainConfig
 from graft_env.policies import TINY_NAMES
 
 log = logging.getLogger(__name__)
+
+
+RANKS_KEY = "ranks_per_agent"
+
+
+def split_ranks_option(ray_section: Mapping[str, Any]) -> tuple[int | None, dict[str, Any]]:
+    """`ray.ranks_per_agent` (None: one `PolicyWorker` per agent, as before) and the rest
+    of the `ray:` mapping, for `parse_ray_options`."""
+    rest = dict(ray_section)
+    ranks = rest.pop(RANKS_KEY, None)
+    if ranks is not None and (isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1):
+        raise ConfigError(f"ray.{RANKS_KEY}: expected null or an integer >= 1, got {ranks!r}")
+    return ranks, rest
 
 
 class ClusterError(RuntimeError):
@@ -73,7 +88,7 @@ def reserve(options: RayOptions, agents: int) -> PlacementGroup:
     return group
 
 
-def _model_reference(model: str) -> str:
+def model_reference(model: str) -> str:
     """A model path that exists here is made absolute: actors may run in another cwd.
 
     Tiny-pair names stay names, as `load_policy` reads them before any path.
@@ -85,12 +100,20 @@ def _model_reference(model: str) -> str:
 def make_ray_policies(config: TrainConfig) -> dict[str, RayPolicy]:
     """One actor per agent of `config`, placed and started; returns their proxies.
 
+    With `ray.ranks_per_agent: k`, each agent is a worker group of k ranks instead
+    (`group.make_group_policies`, `GroupPolicy` proxies).
+
     Bad `ray:` options and device settings are refused before the cluster is touched.
     The actors load their models in parallel; a load error is an `AgentFailure` naming
     the agent and `start`.
     """
-    options = parse_ray_options(config.ray)
+    ranks, ray_section = split_ranks_option(config.ray)
+    options = parse_ray_options(ray_section)
     check_agent_devices(config.agents, options)
+    if ranks is not None:
+        from algorithms.training.ray.group import make_group_policies  # it imports this module
+
+        return make_group_policies(config, options, ranks)
     algorithm = algorithms.make(config.algorithm, **config.algorithm_options)
     connect(options)
     pg = reserve(options, len(config.agents))
@@ -105,7 +128,7 @@ def make_ray_policies(config: TrainConfig) -> dict[str, RayPolicy]:
             runtime_env=dict(options.runtime_env) or None,
             max_restarts=0,
         ).remote(
-            _model_reference(agent.model),
+            model_reference(agent.model),
             dict(agent.options),
             config.algorithm,
             dict(config.algorithm_options),
@@ -113,7 +136,7 @@ def make_ray_policies(config: TrainConfig) -> dict[str, RayPolicy]:
         )
         for index, agent in enumerate(config.agents)
     }
-    group = ActorGroup(actors, pg, options.call_timeout_s)
+    group = ActorGroup(actors, [pg], options.call_timeout_s)
     pending = {name: actor.describe.remote() for name, actor in actors.items()}
     # Loading a large model can take minutes: start waits while the actor lives.
     infos = {name: group.get(name, "start", ref, None) for name, ref in pending.items()}

@@ -73,11 +73,16 @@ class ActorGroup:
     """
 
     def __init__(
-        self, actors: Mapping[str, Any], placement_group: Any, call_timeout_s: float | None
+        self,
+        actors: Mapping[str, Any],
+        placement_groups: Sequence[Any],
+        call_timeout_s: float | None,
     ) -> None:
         self.call_timeout_s = call_timeout_s
         self.closed = False
-        self._release = weakref.finalize(self, _release, list(actors.values()), placement_group)
+        self._release = weakref.finalize(
+            self, _release, list(actors.values()), list(placement_groups)
+        )
         self._release.atexit = False  # at exit Ray's own disconnect ends the actors
 
     def shutdown(self) -> None:
@@ -107,12 +112,13 @@ class ActorGroup:
         raise AgentFailure(agent, method, reason)
 
 
-def _release(actors: list[Any], placement_group: Any) -> None:
+def _release(actors: list[Any], placement_groups: list[Any]) -> None:
     if not ray.is_initialized():
         return  # the cluster (and everything in it) is already gone
     for actor in actors:
         ray.kill(actor, no_restart=True)
-    remove_placement_group(placement_group)
+    for placement_group in placement_groups:
+        remove_placement_group(placement_group)
 
 
 class PendingCall:
@@ -185,7 +191,7 @@ class RayPolicy:
 
     def update_async(self, batch: TrainBatch, loss_fn: LossFn) -> PendingCall:
         """Start one optimisation pass and return at once; `.result()` gives the metrics."""
-        self._check_loss(loss_fn)
+        check_loss(self.agent, (self.algorithm_name, self.algorithm_config), loss_fn)
         return self._submit("update", batch)
 
     def update(self, batch: TrainBatch, loss_fn: LossFn) -> dict[str, float]:
@@ -212,18 +218,20 @@ class RayPolicy:
         """The actor's current weights as numpy arrays (the whole model crosses over)."""
         return self._call("state_dict")
 
-    def _check_loss(self, loss_fn: LossFn) -> None:
-        """The actor trains with its own copy of the run's algorithm; refuse any other loss."""
-        owner = getattr(loss_fn, "__self__", None)
-        same = (
-            isinstance(owner, Algorithm)
-            and getattr(loss_fn, "__func__", None) is Algorithm.loss
-            and (owner.name, owner.config) == (self.algorithm_name, self.algorithm_config)
+
+def check_loss(agent: str, algorithm: tuple[str, Any], loss_fn: LossFn) -> None:
+    """The actors train with their own copy of the run's algorithm (`algorithm`: its name
+    and config); refuse any other loss, naming `agent`."""
+    owner = getattr(loss_fn, "__self__", None)
+    same = (
+        isinstance(owner, Algorithm)
+        and getattr(loss_fn, "__func__", None) is Algorithm.loss
+        and (owner.name, owner.config) == algorithm
+    )
+    if not same:
+        raise ValueError(
+            f"agent {agent!r}: the Ray backend trains with the `loss` of algorithm "
+            f"{algorithm[0]!r} as built from the run config inside the actor; "
+            f"update() was given {loss_fn!r}, which is not that loss (a wrapped or "
+            "different loss function cannot be used with backend: ray)"
         )
-        if not same:
-            raise ValueError(
-                f"agent {self.agent!r}: the Ray backend trains with the `loss` of algorithm "
-                f"{self.algorithm_name!r} as built from the run config inside the actor; "
-                f"update() was given {loss_fn!r}, which is not that loss (a wrapped or "
-                "different loss function cannot be used with backend: ray)"
-            )

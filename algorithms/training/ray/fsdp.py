@@ -1,0 +1,73 @@
+"""FSDP2 on one rank of a worker group: shard a transformers model, and gather it whole.
+
+`shard` applies `torch.distributed.fsdp.fully_shard` to every decoder layer (the classes
+the model names in `_no_split_modules`, as accelerate and TRL choose them) and then to
+the root, with `MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)` on CUDA and
+full precision on CPU. Gradients are summed over ranks, not averaged
+(`set_gradient_divide_factor(1.0)`, as plain SUM reductions, which gloo and NCCL both
+have): the update back-propagates each rank's share of
+the whole minibatch's loss, so the sum is the single-process gradient.
+
+Sampling and scoring run a different number of forwards on each rank (responses end at
+different steps), which FSDP's per-forward all-gathers cannot follow: `gathered` unshards
+every FSDP module once (one collective on every rank) and keeps it whole until it exits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+
+
+def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The model's repeated blocks: modules whose class is in `model._no_split_modules`."""
+    names = set(getattr(model, "_no_split_modules", None) or ())
+    layers = [module for module in model.modules() if type(module).__name__ in names]
+    if not layers:
+        raise ValueError(
+            f"{type(model).__name__}: no decoder layers to shard (_no_split_modules is "
+            f"{sorted(names)})"
+        )
+    return layers
+
+
+def mixed_precision(device: torch.device) -> MixedPrecisionPolicy:
+    """bf16 parameters with fp32 gradient reduction on CUDA; full precision elsewhere."""
+    if device.type == "cuda":
+        return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    return MixedPrecisionPolicy()
+
+
+def shard(model: torch.nn.Module, device: torch.device) -> FSDPModule:
+    """`fully_shard` per decoder layer, then the root; gradients summed over ranks."""
+    policy = mixed_precision(device)
+    for layer in decoder_layers(model):
+        fully_shard(layer, mp_policy=policy)
+    fully_shard(model, mp_policy=policy)
+    for module in fsdp_modules(model):
+        module.set_gradient_divide_factor(1.0)
+        module.set_force_sum_reduction_for_comms(True)  # gloo has no PREMUL_SUM
+    return model
+
+
+def fsdp_modules(model: torch.nn.Module) -> list[FSDPModule]:
+    return [module for module in model.modules() if isinstance(module, FSDPModule)]
+
+
+@contextlib.contextmanager
+def gathered(model: torch.nn.Module) -> Iterator[None]:
+    """Every FSDP module unsharded (one all-gather each, on every rank) until exit, so
+    forwards inside run no collective; resharded after."""
+    modules = fsdp_modules(model)
+    for module in modules:
+        module.unshard()
+        module.set_reshard_after_forward(False, recurse=False)
+    try:
+        yield
+    finally:
+        for module in modules:
+            module.set_reshard_after_forward(True, recurse=False)
+            module.reshard()

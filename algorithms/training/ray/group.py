@@ -1,0 +1,270 @@
+"""`GroupPolicy`: one agent's policy as a worker group of k ranks (`ray.ranks_per_agent: k`).
+
+Each agent gets its own placement group of k bundles, one per rank
+(`{CPU: num_cpus_per_agent / k, GPU: num_gpus_per_agent / k}`, so one GPU per rank when
+`num_gpus_per_agent == k`), laid out by `ray.placement_strategy` (PACK: on one node where
+they fit). All agents' placement groups are awaited together (gang scheduling, as
+`cluster.reserve`). Rank r of an agent runs in bundle r (`rank.RankWorker`); the ranks
+form one torch.distributed group and shard the policy with FSDP2.
+
+`GroupPolicy` speaks the Policy protocol to the loop as `RayPolicy` does: every method
+is one call on every rank at once, each with its share of the rows (`split`), and the
+answers merged back in row order. Failures stop the whole run (`ActorGroup`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import ray
+from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+import algorithms
+from algorithms.algorithm import Algorithm
+from algorithms.training.ray.cluster import RANKS_KEY, ClusterError, connect, model_reference
+from algorithms.training.ray.options import RayOptions
+from algorithms.training.ray.policy import ActorGroup, PendingCall, TrafficMeter, check_loss
+from algorithms.training.ray.rank import RankWorker
+from algorithms.training.ray.split import block_seed, prompt_blocks, row_chunks
+from algorithms.training.run_config import ConfigError, TrainConfig
+from graft_env.policies import Generation, LossFn, SamplingParams
+from graft_env.types import ScoredText, TrainBatch
+
+
+def rank_bundle(options: RayOptions, ranks: int) -> dict[str, float]:
+    """One rank's resources: the agent's CPUs split evenly, one GPU per rank (or none)."""
+    gpus = options.num_gpus_per_agent
+    if gpus not in (0, ranks):
+        raise ConfigError(
+            f"ray.num_gpus_per_agent is {gpus} but ray.{RANKS_KEY} is {ranks}: a worker group "
+            "runs one rank per GPU, so they must be equal (or no GPUs)"
+        )
+    bundle = {"CPU": options.num_cpus_per_agent / ranks}
+    if gpus:
+        bundle["GPU"] = 1.0
+    return bundle
+
+
+def rank_threads(options: RayOptions, ranks: int) -> int:
+    """Torch threads per rank: `ray.torch_threads`, else the rank's whole CPUs (>= 1)."""
+    if options.torch_threads is not None:
+        return options.torch_threads
+    return max(1, math.floor(options.num_cpus_per_agent / ranks))
+
+
+def check_group_agents(config: TrainConfig) -> None:
+    for index, agent in enumerate(config.agents):
+        backend = agent.options.get("rollout_backend", "transformers")
+        if backend != "transformers":
+            raise ConfigError(
+                f"agents.{index}.options.rollout_backend is {backend!r}: a worker group "
+                f"(ray.{RANKS_KEY}) samples with transformers only so far"
+            )
+
+
+def reserve_groups(options: RayOptions, names: Sequence[str], ranks: int) -> list[PlacementGroup]:
+    """One ready placement group of `ranks` bundles per agent, or ClusterError."""
+    bundle = rank_bundle(options, ranks)
+    groups = [
+        placement_group([bundle] * ranks, strategy=options.placement_strategy, name=f"graft-{n}")
+        for n in names
+    ]
+    ready, _ = ray.wait(
+        [g.ready() for g in groups], num_returns=len(groups), timeout=options.placement_timeout_s
+    )
+    if len(ready) < len(groups):
+        for group in groups:
+            remove_placement_group(group)
+        raise ClusterError(
+            f"the Ray cluster could not place {len(names)} agent(s) x {ranks} rank(s) with "
+            f"{bundle} each (ray.placement_strategy={options.placement_strategy}) within "
+            f"ray.placement_timeout_s={options.placement_timeout_s} s; the cluster has "
+            f"{ray.cluster_resources()} in all and {ray.available_resources()} free"
+        )
+    return groups
+
+
+def start_ranks(
+    options: RayOptions, names: Sequence[str], ranks: int
+) -> tuple[dict[str, list[Any]], list[PlacementGroup]]:
+    """Each agent's `RankWorker` actors, rank r in bundle r of the agent's placement group;
+    not yet set up (`RankWorker.placement` answers at once)."""
+    groups = reserve_groups(options, names, ranks)
+    bundle = rank_bundle(options, ranks)
+    worker = ray.remote(RankWorker)
+    actors = {
+        name: [
+            worker.options(
+                num_cpus=bundle["CPU"],
+                num_gpus=bundle.get("GPU", 0),
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    placement_group=group, placement_group_bundle_index=rank
+                ),
+                runtime_env=dict(options.runtime_env) or None,
+                max_restarts=0,
+            ).remote(rank, ranks, rank_threads(options, ranks))
+            for rank in range(ranks)
+        ]
+        for name, group in zip(names, groups, strict=True)
+    }
+    return actors, groups
+
+
+def make_group_policies(
+    config: TrainConfig, options: RayOptions, ranks: int
+) -> dict[str, GroupPolicy]:
+    """Every agent as a set-up worker group of `ranks` ranks; returns their proxies."""
+    check_group_agents(config)
+    rank_bundle(options, ranks)
+    algorithm = algorithms.make(config.algorithm, **config.algorithm_options)
+    connect(options)
+    names = [agent.name for agent in config.agents]
+    actors, groups = start_ranks(options, names, ranks)
+    flat = {f"{name}/rank{r}": a for name, agents in actors.items() for r, a in enumerate(agents)}
+    group = ActorGroup(flat, groups, options.call_timeout_s)
+    inits = {n: group.get(n, "start", actors[n][0].rendezvous.remote(), None) for n in names}
+    pending = {
+        agent.name: [
+            actor.setup.remote(
+                inits[agent.name],
+                model_reference(agent.model),
+                dict(agent.options),
+                config.algorithm,
+                dict(config.algorithm_options),
+            )
+            for actor in actors[agent.name]
+        ]
+        for agent in config.agents
+    }
+    infos = {name: group.get(name, "start", refs, None) for name, refs in pending.items()}
+    return {n: GroupPolicy(n, actors[n], group, infos[n], algorithm) for n in names}
+
+
+class GroupCall(PendingCall):
+    """A call in flight on every rank; `result()` merges the ranks' answers."""
+
+    def __init__(
+        self,
+        policy: GroupPolicy,
+        method: str,
+        refs: list[ray.ObjectRef],
+        merge: Callable[[list[Any]], Any],
+    ) -> None:
+        super().__init__(policy, method, refs)
+        self.merge = merge
+
+    def result(self) -> Any:
+        return self.merge(super().result())
+
+
+class GroupPolicy:
+    """One agent's worker group behind the Policy protocol (`policies.base`)."""
+
+    def __init__(
+        self,
+        agent: str,
+        ranks: list[Any],
+        group: ActorGroup,
+        infos: list[Mapping[str, Any]],
+        algorithm: Algorithm,
+    ) -> None:
+        self.agent, self.ranks, self.group = agent, ranks, group
+        self.name: str = infos[0]["name"]
+        self.temperature: float = infos[0]["temperature"]
+        self.placement = [dict(info) for info in infos]
+        self.generation_batch_size: int = infos[0]["generation_batch_size"]
+        self.algorithm = (algorithm.name, algorithm.config)
+        self.traffic: TrafficMeter | None = None
+
+    def __repr__(self) -> str:
+        return f"GroupPolicy({self.agent!r}, ranks={len(self.ranks)})"
+
+    def _submit(
+        self, method: str, per_rank: list[tuple], merge: Callable[[list[Any]], Any]
+    ) -> GroupCall:
+        """`method` on the first len(per_rank) ranks, rank r with `per_rank[r]`."""
+        if self.group.closed:
+            self.group.fail_and_raise(self.agent, method, "the run's actors are already shut down")
+        if self.traffic is not None:
+            self.traffic.add(method, "sent", per_rank)
+        refs = [
+            getattr(a, method).remote(*args) for a, args in zip(self.ranks, per_rank, strict=False)
+        ]
+        return GroupCall(self, method, refs, merge)
+
+    def _all(self, method: str, *args: Any) -> list[Any]:
+        """`method(*args)` on every rank; the ranks' answers."""
+        return self._submit(method, [args] * len(self.ranks), list).result()
+
+    # -- the Policy protocol ------------------------------------------------------
+    def format_prompt(self, problem: str) -> str:
+        return self._submit("format_prompt", [(problem,)], lambda answers: answers[0]).result()
+
+    def generate_async(self, prompts: Sequence[str], n: int, sampling: SamplingParams) -> GroupCall:
+        """Prompt blocks of at most `generation_batch_size` rows, block b with seed
+        `block_seed(sampling.seed, b)` on rank b % k; `.result()` in prompt order."""
+        world = len(self.ranks)
+        blocks = prompt_blocks(len(prompts), max(1, self.generation_batch_size // max(n, 1)))
+        work = [
+            [(list(prompts[b.start : b.stop]), block_seed(sampling.seed, i)) for i, b in mine]
+            for mine in (list(enumerate(blocks))[r::world] for r in range(world))
+        ]
+
+        def merge(answers: list[list[list[list[Generation]]]]) -> list[list[Generation]]:
+            ordered = [answers[i % world][i // world] for i in range(len(blocks))]
+            return [group for block in ordered for group in block]
+
+        return self._submit("generate", [(blocks_, n, sampling) for blocks_ in work], merge)
+
+    def generate(
+        self, prompts: Sequence[str], n: int, sampling: SamplingParams
+    ) -> list[list[Generation]]:
+        return self.generate_async(prompts, n, sampling).result()
+
+    def score(
+        self, prompts: Sequence[str], responses: Sequence[str], finish_reasons: Sequence[str]
+    ) -> list[ScoredText]:
+        chunks = row_chunks(len(responses), len(self.ranks))
+        per_rank = [
+            (
+                list(prompts[c.start : c.stop]),
+                list(responses[c.start : c.stop]),
+                list(finish_reasons[c.start : c.stop]),
+            )
+            for c in chunks
+        ]
+        return self._submit("score", per_rank, lambda parts: [s for p in parts for s in p]).result()
+
+    def update_async(self, batch: TrainBatch, loss_fn: LossFn) -> GroupCall:
+        """Every rank gets the whole batch (one object-store copy) and trains its share."""
+        check_loss(self.agent, self.algorithm, loss_fn)
+        ref = ray.put(batch)
+        return self._submit("update", [(ref,)] * len(self.ranks), lambda answers: answers[0])
+
+    def update(self, batch: TrainBatch, loss_fn: LossFn) -> dict[str, float]:
+        return self.update_async(batch, loss_fn).result()
+
+    def save(self, path: str | Path) -> None:
+        """Save on the ranks' filesystem; the driver must see the result (shared FS)."""
+        directory = Path(path).absolute()
+        self._all("save", str(directory))
+        if not directory.is_dir():
+            self.group.fail_and_raise(
+                self.agent,
+                "save",
+                f"the ranks wrote {directory}, but this driver does not see it: run_dir must "
+                "be on a filesystem shared by every node and mounted at the same path",
+            )
+
+    def load(self, path: str | Path) -> None:
+        self._all("load", str(Path(path).absolute()))
+
+    # -- for tests and benchmarks -------------------------------------------------
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """The full weights (gathered by rank 0) as numpy arrays."""
+        return self._all("state_dict")[0]

@@ -1,0 +1,181 @@
+"""Worker groups (`ray.ranks_per_agent`) on a local CPU Ray cluster, gloo and FSDP2.
+
+The scenario (minutes: every rank is a fresh process importing torch and transformers,
+and two cores run four ranks) trains the tiny pair for 3 GRAFT steps with 1 rank per
+agent and with 2, then kills a 2-rank run after step 1 and resumes it. Tests assert on
+what it saw. The split functions are checked by property tests (fast, by default).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from run_configs import small_config
+
+from algorithms.training.ray.split import (
+    block_seed,
+    fixed_spans,
+    prompt_blocks,
+    rank_spans,
+    row_chunks,
+)
+from algorithms.training.run_config import AgentSpec
+
+# every metric but timings and padding_share (1 and 2 ranks run different forwards)
+UNCOMPARED = ("time/", "padding_share")
+
+
+@given(st.integers(0, 200), st.integers(1, 9))
+def test_row_chunks_cover_the_rows_in_order_and_balance_them(rows, world):
+    chunks = row_chunks(rows, world)
+    assert len(chunks) == world
+    assert [j for c in chunks for j in c] == list(range(rows))
+    assert max(map(len, chunks)) - min(map(len, chunks)) <= 1
+
+
+@given(st.integers(0, 60), st.integers(1, 9))
+def test_prompt_blocks_and_their_seeds_do_not_depend_on_the_ranks(prompts, per_block):
+    blocks = prompt_blocks(prompts, per_block)
+    assert [j for b in blocks for j in b] == list(range(prompts))
+    assert all(1 <= len(b) <= per_block for b in blocks)
+    seeds = [block_seed(3, b) for b in range(len(blocks))]
+    assert len(set(seeds)) == len(seeds) and seeds == [block_seed(3, b) for b in range(len(seeds))]
+
+
+@given(st.integers(1, 40), st.sampled_from([None, 1, 2, 3, 5]), st.integers(1, 5))
+def test_rank_spans_give_every_rank_as_many_micro_batches_and_every_row_once(rows, size, world):
+    spans = fixed_spans(rows, size)
+    if rows < world:
+        with pytest.raises(ValueError, match=f"minibatch 0: {rows} row"):
+            rank_spans(spans, world, "minibatch 0")
+        return
+    per_rank = rank_spans(spans, world, "minibatch 0")
+    assert len({len(mine) for mine in per_rank}) == 1
+    assert all(span for mine in per_rank for span in mine)
+    assert sorted(j for mine in per_rank for span in mine for j in span) == list(range(rows))
+    if size is not None and rows % size == 0 and (rows // size) % world == 0:
+        assert all(len(span) == size for mine in per_rank for span in mine)
+
+
+def group_config(run_dir: Path, paths, ranks: int, steps: int):
+    config = small_config(
+        run_dir,
+        "graft",
+        backend="ray",
+        steps=steps,
+        ray={
+            "num_cpus": 4,
+            "num_cpus_per_agent": ranks,
+            "torch_threads": 1,
+            "ranks_per_agent": ranks,
+            "placement_timeout_s": 60,
+        },
+    )
+    options = {"lr": 1e-3, "generation_batch_size": 8}
+    agents = tuple(AgentSpec(a.name, str(paths[a.name]), options) for a in config.agents)
+    return dataclasses.replace(config, agents=agents)
+
+
+@dataclasses.dataclass
+class Run:
+    rows: list
+    weights: dict
+    placement: dict
+
+
+def train(config, on_step=None) -> Run:
+    from algorithms.training.loop import Trainer
+
+    trainer = Trainer(config)
+    rows = trainer.train(on_step=on_step)
+    run = Run(
+        rows,
+        {name: p.state_dict() for name, p in trainer.policies.items()},
+        {name: p.placement for name, p in trainer.policies.items()},
+    )
+    for policy in trainer.policies.values():
+        policy.group.shutdown()
+    return run
+
+
+@pytest.fixture(scope="module")
+def scenario(tmp_path_factory, tiny_pair_paths):
+    import ray
+
+    from algorithms.training.ray import AgentFailure
+
+    root = tmp_path_factory.mktemp("group")
+    one = train(group_config(root / "one", tiny_pair_paths, 1, 3))
+    two = train(group_config(root / "two", tiny_pair_paths, 2, 3))
+    resumed_config = group_config(root / "resumed", tiny_pair_paths, 2, 3)
+    from algorithms.training.loop import Trainer
+
+    first = Trainer(resumed_config)
+
+    def kill_after_step_1(record):
+        if record.step == 1:
+            ray.kill(first.policies["tiny-b"].ranks[1])
+
+    with pytest.raises(AgentFailure) as failure:
+        first.train(on_step=kill_after_step_1)
+    resumed = train(resumed_config)
+    yield {"one": one, "two": two, "resumed": resumed, "failure": failure.value}
+    ray.shutdown()
+
+
+def comparable(rows):
+    return [{k: v for k, v in r.items() if not k.startswith(UNCOMPARED)} for r in rows]
+
+
+@pytest.mark.slow
+def test_two_ranks_give_the_metrics_of_one_rank(scenario):
+    one, two = comparable(scenario["one"].rows), comparable(scenario["two"].rows)
+    assert [(r["step"], r["agent"]) for r in two] == [(r["step"], r["agent"]) for r in one]
+    for a, b in zip(one, two, strict=True):
+        assert sorted(a) == sorted(b)
+        for key, value in a.items():
+            if isinstance(value, float):
+                assert b[key] == pytest.approx(value, rel=1e-5, abs=1e-7), (a["step"], key)
+            else:
+                assert b[key] == value, (a["step"], key)
+
+
+@pytest.mark.slow
+def test_two_ranks_give_the_weights_of_one_rank(scenario):
+    """Adam divides by sqrt(v): where a gradient is ~0, float-order noise moves a weight by
+    up to lr per step, so the test bounds each tensor's change, not single elements."""
+    one, two = scenario["one"].weights, scenario["two"].weights
+    for agent, weights in one.items():
+        assert sorted(two[agent]) == sorted(weights)
+        for key, value in weights.items():
+            difference = np.abs(two[agent][key] - value)
+            assert np.median(difference) <= 1e-5, (agent, key)
+            assert difference.max() <= 3 * 2 * 1e-3, (agent, key)
+
+
+@pytest.mark.slow
+def test_a_killed_rank_stops_the_run_and_the_resumed_run_is_exact(scenario):
+    failure = scenario["failure"]
+    assert failure.agent == "tiny-b" and "died" in str(failure)
+    two, resumed = scenario["two"], scenario["resumed"]
+    assert comparable(resumed.rows) == comparable(two.rows)[-len(resumed.rows) :]
+    for agent, weights in two.weights.items():
+        for key, value in weights.items():
+            np.testing.assert_array_equal(resumed.weights[agent][key], value, err_msg=key)
+
+
+@pytest.mark.slow
+def test_each_rank_is_a_gloo_process_in_its_agents_placement_group(scenario):
+    groups = set()
+    for infos in scenario["two"].placement.values():
+        assert [info["rank"] for info in infos] == [0, 1]
+        assert {info["backend"] for info in infos} == {"gloo"}
+        assert len({info["placement_group_id"] for info in infos}) == 1
+        assert all(info["torch_threads"] == 1 for info in infos)
+        groups.add(infos[0]["placement_group_id"])
+    assert len(groups) == 2, "each agent has its own placement group"
