@@ -37,6 +37,9 @@ threads              one short `graft train` per thread setting, alone and besid
 ray_overhead         the Ray backend against the local one on the same run: step and
                      start-up seconds, bytes crossing actor boundaries, rollout concurrency
                      -> docs/scale-out.md (no README row)
+worker_group         a worker group of 2 ranks per agent against 1 rank on the same GRAFT
+                     run (CPU, gloo, 1 thread per rank): step and phase seconds, ratio
+                     -> docs/scale-out.md (no README row)
 testbed_report       the exchange funnel of one GRAFT step on a pair's untrained models:
                      gate candidates, kept by balancing and by the floor, peer share
                      -> docs/study/PREREGISTRATION.md (no README row)
