@@ -53,6 +53,10 @@ weight_sync          seconds of the vLLM backend's weight sync after a full upda
                      against one memory copy of the same weights, alternating rounds
                      (needs vLLM: .ci/vllm)
                      -> README "Measured on this machine", row "VLLMPolicy.sync_weights()"
+logits_memory        peak memory of one update micro-batch and one scoring forward, full
+                     logits against chunked (logits_chunk_tokens), on a Qwen3 with its real
+                     151,936-token vocabulary and a shrunk body, R = 512-2,048
+                     -> no README row (issue 27's report)
 memory_plan_check    the memory plan against measured peaks on CPU (resident high-water
                      mark, a fresh process per case): update and scoring of SmolLM3, Qwen3
                      and Llama-3.2 shapes, real vocabularies, shrunk width and depth
