@@ -161,7 +161,8 @@ def test_two_ranks_give_the_weights_of_one_rank(scenario):
 @pytest.mark.slow
 def test_a_killed_rank_stops_the_run_and_the_resumed_run_is_exact(scenario):
     failure = scenario["failure"]
-    assert failure.agent == "tiny-b" and "died" in str(failure)
+    # whichever rank answers first names the cause: the dead actor, or its peer's gloo error
+    assert failure.agent == "tiny-b" and failure.method == "generate"
     two, resumed = scenario["two"], scenario["resumed"]
     assert comparable(resumed.rows) == comparable(two.rows)[-len(resumed.rows) :]
     for agent, weights in two.weights.items():
