@@ -5,15 +5,21 @@ train each model of a pair alone) or the whole pair (exchange algorithms) x a se
 with `include_base`, one evaluation-only cell per untrained model. A cell lives in
 ``<out>/cells/<label>/<agents>[/seed<k>]/`` with the Trainer's run directory in ``run/``.
 
-Each cell has a config hash over its run config, the evaluation plan and the model files
-its names resolve to (the tiny pair's cache key), so a finished result is reused only for
-exactly the same experiment: rebuilding the tiny pair with other skills, or changing the
-learning rate, makes the old result stale, and `read_result` says so instead of reusing it.
+Each cell has a config hash over its run config, the evaluation plan and the models its
+names resolve to: a built-in pair's cache key and the SHA-256 of the built weights
+(`model_identity`), so a finished result is reused only for exactly the same experiment:
+rebuilding the tiny pair with other skills, changing the learning rate, or the same cache
+key built into other weights (another CPU or thread count) makes the old result stale, and
+`read_result` says so instead of reusing it. The weights exist only once the pair is built:
+`plan_cells(..., build=True)` builds missing built-in pairs (`grid_models`) before it
+hashes, as a run of the grid must; without it (reports, config checks) an unbuilt pair
+hashes as unbuilt, which matches no result trained on a build.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import shutil
@@ -34,6 +40,7 @@ from benchmarks.compare.grid import (
     deep_merge,
     slug,
 )
+from graft_env.policies.cache import WEIGHT_SUFFIXES, default_cache_dir, weights_sha256
 from graft_env.policies.zoo import REAL_NAMES, TESTBED_NAMES, TINY_NAMES
 
 RESULT_FILE = "result.json"
@@ -75,18 +82,56 @@ class Cell:
         return next(a for a in self.pair.agents if a not in self.models)
 
 
-def model_identity(model: str, options: Mapping[str, Any]) -> str:
-    """What a model name loads: a built-in pair's build (tiny pair, testbed: its cache key),
-    or the resolved path."""
+UNBUILT = "unbuilt"  # a built-in pair's weights digest before the pair is built
+
+
+def model_identity(model: str, options: Mapping[str, Any], build: bool = False) -> str:
+    """What a model name loads: a built-in pair's build (tiny pair, testbed: its cache key
+    and `@` the SHA-256 of its built weights, or `@unbuilt`; `build`: build it first), a
+    real model's name, or the resolved path (`@` its weights' SHA-256 where it has any)."""
     if model in TINY_NAMES + TESTBED_NAMES:
         from graft_env.policies.tiny.config import cache_key, pair_of
 
         config = pair_of(model)
-        key = cache_key(config, int(options.get("tiny_seed", 0)))
-        return f"{config.name}-{key}/{model}"
+        seed = int(options.get("tiny_seed", 0))
+        name = f"{config.name}-{cache_key(config, seed)}"
+        cache = options.get("cache_dir")
+        built = Path(cache or default_cache_dir()) / name
+        if build and not (built / "build.json").is_file():
+            from graft_env.policies.zoo import model_path
+
+            model_path(model, cache_dir=cache, tiny_seed=seed)  # builds the pair
+        digest = _weights_digest(built / model) if (built / "build.json").is_file() else UNBUILT
+        return f"{name}/{model}@{digest}"
     if model in REAL_NAMES:
         return model
-    return str(Path(model).resolve())
+    path = Path(model).resolve()
+    has_weights = path.is_dir() and any(p.suffix in WEIGHT_SUFFIXES for p in path.iterdir())
+    return f"{path}@{_weights_digest(path)}" if has_weights else str(path)
+
+
+def _weights_digest(model_dir: Path) -> str:
+    """`weights_sha256`, read once per planning for every cell of the model: keyed by the
+    weight files' sizes and modification times, so a changed file is read again."""
+    files = sorted(p for p in model_dir.iterdir() if p.suffix in WEIGHT_SUFFIXES)
+    stamps = tuple((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files)
+    return _cached_digest(model_dir, stamps)
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_digest(model_dir: Path, stamps: tuple) -> str:
+    return weights_sha256(model_dir)
+
+
+def grid_models(grid: GridSpec, build: bool = False) -> dict[str, str]:
+    """model -> `model_identity` of every model the grid's pairs name; `build`: first build
+    the built-in pairs not built yet (what the first cell would build), so that the cells'
+    hashes hold their weights."""
+    return {
+        m: model_identity(m, _agent_options(grid, pair, m), build)
+        for pair in grid.pairs
+        for m in pair.models
+    }
 
 
 def _agent_options(grid: GridSpec, pair: PairSpec, model: str) -> dict[str, Any]:
@@ -229,11 +274,14 @@ def _entry_cells(
     return cells
 
 
-def plan_cells(grid: GridSpec, out_dir: str | Path) -> list[Cell]:
+def plan_cells(grid: GridSpec, out_dir: str | Path, *, build: bool = False) -> list[Cell]:
     """Every cell: base evaluations first, then seed by seed, so an interrupted grid is a
     complete table for its first seeds. Within a seed, stored-peer runs come after the
     runs whose stores they read; graft-library runs, which read runs of other seeds, come
-    after every other cell."""
+    after every other cell. `build`: build missing built-in pairs first (`build_models`),
+    as a run of the grid must; without it their cells hash as unbuilt."""
+    if build:
+        grid_models(grid, build=True)
     out_dir = Path(out_dir).resolve()  # result files name checkpoints readable from anywhere
     cells: list[Cell] = []
     if grid.include_base:
@@ -265,7 +313,8 @@ def read_result(cell: Cell) -> dict[str, Any] | None:
             found = json.loads(path.read_text()).get("config_hash")
             if found != cell.config_hash:
                 raise GridError(
-                    f"cell {cell.cell_id}: {path} was written for another config (hash "
+                    f"cell {cell.cell_id}: {path} was written for another config or other model "
+                    f"weights (a pair built on another CPU hashes differently; hash "
                     f"{found}, now {cell.config_hash}); use another --out or --redo-changed"
                 )
     path = cell.directory / RESULT_FILE

@@ -27,9 +27,9 @@ import numpy as np
 
 from algorithms.library.staleness import STEP_EDGES, bucket_labels
 from benchmarks.compare.grid import GridError, load_grid
-from benchmarks.compare.report import cell_records
+from benchmarks.compare.report import cell_records, provenance_summary
 from benchmarks.compare.run import finished_results
-from benchmarks.study.report import Logs, funnel, metrics_logs, points
+from benchmarks.study.report import Logs, build_provenance, funnel, metrics_logs, points
 from benchmarks.study.stats import label_interval, paired_difference, verdict
 
 L2_MARGIN = 1.0  # points: the library may trail the step-aligned replay by this much
@@ -113,6 +113,7 @@ def analyse(grid_path: str | Path, runs: str | Path, resamples: int = 10_000) ->
                 )
         out["models"][model] = entry
     out["lookup"] = lookup_counts(results, logs, library)
+    out["provenance"] = {**provenance_summary(results), "build": build_provenance(grid)}
     out["funnel"] = {
         label: {direction: data["totals"] for direction, data in directions.items()}
         for label, directions in funnel(results, logs).items()

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from algorithms.training.metrics import read_rows
-from benchmarks.compare.cells import plan_cells
+from benchmarks.compare.cells import grid_models, plan_cells
 from benchmarks.compare.grid import GridError, GridSpec, load_grid
 from benchmarks.compare.plots import Curve, band
 from benchmarks.compare.report import (
@@ -54,6 +54,7 @@ from benchmarks.compare.report import (
 from benchmarks.compare.run import finished_results
 from benchmarks.study.plots import plot_funnel, plot_learning
 from benchmarks.study.stats import label_interval, paired_contrast, paired_difference, verdict
+from graft_env.policies.cache import kernel_provenance
 
 GRPO8, GRPO32, GRAFT = "GRPO n=8", "GRPO n=32", "GRAFT"
 NO_COMPAT, NO_FLOOR = "GRAFT w/o compat. weights", "GRAFT w/o floor"
@@ -399,8 +400,16 @@ def analyse(
             for kind, weak in (("average", False), ("weak_skills", True))
         },
         "funnel": funnel(results, logs),
-        "provenance": provenance_summary(results),
+        "provenance": {**provenance_summary(results), "build": build_provenance(grid)},
     }
+
+
+def build_provenance(grid: GridSpec) -> dict[str, Any]:
+    """What the numbers depend on beyond the code: this machine's CPU, kernel path and
+    torch / oneDNN versions (the cells' and the build's, when they ran here), and each
+    model's built weights (`model_identity`: cache key @ SHA-256; the cells' hashes
+    hold it, so every finished cell trained these weights)."""
+    return {"machine": kernel_provenance(), "weights": grid_models(grid)}
 
 
 def _hypothesis_detail(entry: Mapping[str, Any]) -> str:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 import yaml
 from cell_files import finish, write_lock
 from run_configs import SMALLEST_GRID as SMALLEST
@@ -20,6 +21,8 @@ from benchmarks.compare.cells import RESULT_FILE, plan_cells
 from benchmarks.compare.claims import claim_next, release
 from benchmarks.compare.grid import GridError, grid_from_dict
 from benchmarks.study import library_report
+from graft_env.policies.cache import weights_sha256
+from graft_env.policies.zoo import model_path
 
 LIBRARY = {"name": "graft-library", "label": "library", "library_from": "GRPO n=4"}
 
@@ -157,6 +160,10 @@ def test_a_library_cell_trains_on_the_partners_groups_of_its_source_runs(tmp_pat
     counts = [row["library/all_fail_prompts"] for cell in cells for row in metrics(cell)]
     assert lookups["per_step"]["all_fail_prompts"] == np.mean(counts)  # 2 steps per seed
     assert "| tiny-b | lib | 2 |" in (report / "report.md").read_text()
+    build = found["provenance"]["build"]  # the weights the cells trained, the machine's kernels
+    assert build["weights"]["tiny-a"].endswith(f"/tiny-a@{weights_sha256(model_path('tiny-a'))}")
+    assert build["machine"]["torch_cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert build["machine"]["onednn"] and build["machine"]["torch"] == torch.__version__
 
 
 @pytest.mark.parametrize(

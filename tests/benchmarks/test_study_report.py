@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from benchmarks.compare.cells import plan_cells
 from benchmarks.compare.grid import load_grid
@@ -335,6 +336,9 @@ def test_the_report_of_a_partly_run_study(tmp_path, capsys):
     assert set(stored) == {"testbed-a->testbed-b", "testbed-b->testbed-a"}
     assert report["funnel"][NO_FLOOR]["testbed-b->testbed-a"]["totals"]["admitted_share"] == 0.75
     assert report["funnel"][NO_COMPAT]["testbed-a->testbed-b"]["totals"]["mean_s"] is None
+    build = report["provenance"]["build"]
+    assert set(build["weights"]) == set(PAIR) and build["machine"]["cpu_flags"] is not None
+    assert build["machine"]["torch_cpu_capability"] == torch.backends.cpu.get_cpu_capability()
 
 
 def test_set_restricts_the_analysis_to_the_named_seeds(tmp_path):
