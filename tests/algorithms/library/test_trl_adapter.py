@@ -21,7 +21,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig
 
 import algorithms
-from algorithms.library import build_library
+from algorithms.library import build_library, read_library
 from algorithms.library.source import LibrarySource
 from algorithms.library.trl_adapter import GraftGRPOTrainer, math_reward
 from algorithms.rollouts import step_rng
@@ -31,16 +31,7 @@ from graft_env.policies import load_policy
 from graft_env.types import AgentRollouts
 
 N, CHUNKS, SEED = 4, 2, 0
-# Peer prompts first, so that peer-last visibly reorders them. The library (tiny-a seeds 1, 2
-# and tiny-b seed 3, 3 GRPO steps each) holds an informative group for multiplication/0/3
-# (two tiny-a groups: the choice rule picks one), gcd/0/2 (tiny-b's, another tokenizer) and
-# linear_equation/0/2; for subtraction/0/0 and modular/0/1 only groups Eq.4 cannot take (k = 0
-# or k = n); the receiver solves addition/0/2 itself.
-BATCH = (
-    "multiplication/0/3", "addition/0/2", "gcd/0/2", "subtraction/0/0", "linear_equation/0/2",
-    "modular/0/1",
-)  # fmt: skip
-SOLVED = "addition/0/2"
+SOLVED_AT = 1  # the batch position of the one prompt the receiver's fixed texts solve
 
 warnings.filterwarnings("ignore", message=".*gradient_checkpointing.*", category=FutureWarning)
 
@@ -60,39 +51,65 @@ def policy():
 
 
 @pytest.fixture(scope="module")
-def env(policy):
+def batch(library, policy) -> list[str]:
+    """The six batch problems, chosen from what the library holds (which groups the peers'
+    runs made informative depends on their trained weights, so on the CPU): three whose
+    library groups Eq.4 can take (1 <= k < n), then, interleaved, three it has nothing
+    usable for; the receiver's fixed texts solve the one at SOLVED_AT. Peer prompts come
+    first, so that peer-last visibly reorders them."""
+    usable = [g for g in read_library(library) if 0 < g.k < N]
+    ids = [p.id for p in problem_pool(policy).problems]
+    rescuable = [i for i in ids if any(g.prompt_id == i for g in usable)]
+    others = [i for i in ids if i not in rescuable]
+    of_tiny_b = [
+        i for i in rescuable if any(g.prompt_id == i for g in usable if g.agent == "tiny-b")
+    ]
+    assert len(rescuable) >= 3 and len(others) >= 3 and of_tiny_b, (
+        f"the peers' runs left {len(rescuable)} prompts with a usable group ({len(of_tiny_b)} "
+        f"of them tiny-b's) and {len(others)} without: the fixture needs 3 (1) and 3"
+    )
+    peers = [of_tiny_b[0], *[i for i in rescuable if i != of_tiny_b[0]][:2]]  # 2 tokenizers
+    return [peers[0], others[0], peers[1], others[1], peers[2], others[2]]
+
+
+def problem_pool(policy) -> MultiAgentMathEnv:
     return MultiAgentMathEnv(
         agents=["tiny-a"],
         dataset=ENV["dataset"],
         split=ENV["split"],
         dataset_options=ENV["dataset_options"],
-        batch_size=len(BATCH),
+        batch_size=6,
         n=N,
         formatters={"tiny-a": policy.format_prompt},
     )
 
 
-def batch_indices(env) -> list[int]:
+@pytest.fixture(scope="module")
+def env(policy):
+    return problem_pool(policy)
+
+
+def batch_indices(env, batch) -> list[int]:
     ids = [problem.id for problem in env.problems]
-    return [ids.index(f"{ENV['dataset']}/{ENV['split']}/{name}") for name in BATCH]
+    return [ids.index(name) for name in batch]
 
 
-def fixed_texts(problem) -> list[str]:
-    """The receiver's fixed responses: two correct ones for SOLVED, all wrong elsewhere."""
-    if problem.id.endswith(SOLVED):
+def fixed_texts(problem, solved: str) -> list[str]:
+    """The receiver's fixed responses: two correct ones for `solved`, all wrong elsewhere."""
+    if problem.id == solved:
         good = f"\\boxed{{{problem.answer}}}"
         return [f"The sum is {good}.", "\\boxed{0}", f"so {good}", "no idea"]
     return ["\\boxed{0}", "I think \\boxed{1}", "no idea", "\\boxed{-7}"]
 
 
-def project_batch(library, policy, env, delta):
+def project_batch(library, policy, env, batch, delta):
     """What this project's loop builds for these rollouts: the library lookup, graft-library's
     exchange (the receiver's HFPolicy scores the peer texts) and `build_batches`, with TRL's
     eps (1e-4) and its micro-batch count, on the loop's step rng."""
-    indices = batch_indices(env)
+    indices = batch_indices(env, batch)
     problems = [env.problems[i] for i in indices]
     prompts = [policy.format_prompt(p.problem) for p in problems]
-    texts = [fixed_texts(p) for p in problems]
+    texts = [fixed_texts(p, batch[SOLVED_AT]) for p in problems]
     token_ids = [[policy.encode_response(t, "stop") for t in group] for group in texts]
     logprobs = [
         policy.score_tokens([p] * N, ids) for p, ids in zip(prompts, token_ids, strict=True)
@@ -125,7 +142,7 @@ def trl_config(tmp_path, **extra) -> GRPOConfig:
     options = {
         "output_dir": str(tmp_path / "trl"),
         "num_generations": N,
-        "per_device_train_batch_size": len(BATCH) * N // CHUNKS,
+        "per_device_train_batch_size": 6 * N // CHUNKS,
         "steps_per_generation": CHUNKS,
         "gradient_accumulation_steps": 1,
         "max_completion_length": 64,
@@ -147,11 +164,11 @@ def trl_config(tmp_path, **extra) -> GRPOConfig:
     return GRPOConfig(**options)
 
 
-def fixed_trainer(tmp_path, policy, env, library, rows=None, reward=math_reward, **options):
+def fixed_trainer(tmp_path, policy, env, library, batch, rows=None, reward=math_reward, **options):
     """A GraftGRPOTrainer on tiny-a whose generation returns `fixed_texts` of each prompt."""
     by_prompt = {
         tuple(policy.encode_prompt(policy.format_prompt(p.problem))): [
-            policy.encode_response(t, "stop") for t in fixed_texts(p)
+            policy.encode_response(t, "stop") for t in fixed_texts(p, batch[SOLVED_AT])
         ]
         for p in env.problems
     }
@@ -185,20 +202,46 @@ def dataset_rows(policy, problems) -> list[dict]:
     ]
 
 
-@pytest.mark.parametrize("delta", [0.52, 0.8])
-def test_the_batch_trl_trains_on_is_the_projects(tmp_path, library, policy, env, delta):
-    """delta 0.52 keeps 3 of tiny-b's 4 responses (s = 0.51-0.54) with w = s < 1; the
-    default 0.8 removes them all. Every retained row of every micro-batch, in order, is the
-    project's: exact token ids and prompt, advantage x weight to 1e-6, old log-probs."""
-    expected, lookup, stats = project_batch(library, policy, env, delta)
-    assert stats["replaced_groups"] == 3
-    assert (stats["removed_peer_responses"], stats["fully_removed_groups"]) == (
-        (1, 0) if delta == 0.52 else (4, 1)
-    )
+def peer_weights(library, policy, env, batch) -> list[np.ndarray]:
+    """w = min(s, 1) of every transferred response with no floor (delta 0): the s values the
+    receiver's weights give these library groups (on another CPU, others)."""
+    expected, _, _ = project_batch(library, policy, env, batch, 0.0)
+    by_prompt: dict[int, list[float]] = {}
+    for seq in expected.sequences:
+        if seq.is_peer:
+            by_prompt.setdefault(seq.prompt_index, []).append(seq.weight)
+    return [np.array(w) for _, w in sorted(by_prompt.items())]
 
-    trainer = fixed_trainer(tmp_path, policy, env, library, graft_options={"delta": delta})
+
+def splitting_delta(weights: list[np.ndarray]) -> float:
+    """A floor between the lowest two distinct scores, so that it removes a response and keeps
+    others (with w = s < 1 where there are such)."""
+    values = np.unique(np.concatenate(weights))
+    if values.size < 2:
+        return min(float(values[0]) / 2, 0.5)
+    return float(values[:2].mean())
+
+
+@pytest.mark.parametrize("floor", ["between the scores", "default"])
+def test_the_batch_trl_trains_on_is_the_projects(tmp_path, library, policy, env, batch, floor):
+    """A floor set between the measured scores keeps some transferred responses with w = s
+    and removes the lowest; the default 0.8 removes what scores at most 0.8. Every retained
+    row of every micro-batch, in order, is the project's: exact token ids and prompt,
+    advantage x weight to 1e-6, old log-probs."""
+    weights = peer_weights(library, policy, env, batch)
+    assert len(weights) == 3  # the three prompts with a usable library group
+    delta = splitting_delta(weights) if floor != "default" else 0.8
+    expected, lookup, stats = project_batch(library, policy, env, batch, delta)
+    assert stats["replaced_groups"] == 3
+    removed_by_floor = [int(np.sum(w <= delta)) for w in weights]
+    assert stats["removed_peer_responses"] == sum(removed_by_floor)
+    assert stats["fully_removed_groups"] == sum(r == N for r in removed_by_floor)
+    if floor != "default":
+        assert 0 < stats["removed_peer_responses"] < 3 * N
+
+    trainer = fixed_trainer(tmp_path, policy, env, library, batch, graft_options={"delta": delta})
     trainer.model.train()
-    rows = dataset_rows(policy, [env.problems[i] for i in batch_indices(env)])
+    rows = dataset_rows(policy, [env.problems[i] for i in batch_indices(env, batch)])
     trainer._prepare_inputs([row for row in rows for _ in range(N)])
     chunks = trainer._buffered_inputs
     assert len(chunks) == len(expected.minibatches) == CHUNKS
@@ -234,13 +277,17 @@ def test_the_batch_trl_trains_on_is_the_projects(tmp_path, library, policy, env,
     assert metrics["library/peer_sequences"] == [float(stats["peer_sequences"])]
 
 
-def test_one_trl_training_run_trains_own_groups_then_peer_groups(tmp_path, library, policy, env):
+def test_one_trl_training_run_trains_own_groups_then_peer_groups(
+    tmp_path, library, policy, env, batch
+):
     """`trainer.train()` on the 6 batch problems: TRL samples (fixed texts), rewards, and takes
-    its 2 optimiser steps on the adapter's micro-batches, own first, the 3 rescued groups last."""
-    problems = [env.problems[i] for i in batch_indices(env)]
+    its 2 optimiser steps on the adapter's micro-batches, own first, the 3 rescued groups last
+    (a floor below every score: no group is fully removed)."""
+    problems = [env.problems[i] for i in batch_indices(env, batch)]
+    delta = min(float(np.min(np.concatenate(peer_weights(library, policy, env, batch)))) / 2, 0.5)
     trainer = fixed_trainer(
-        tmp_path, policy, env, library, rows=dataset_rows(policy, problems),
-        graft_options={"delta": 0.52},
+        tmp_path, policy, env, library, batch, rows=dataset_rows(policy, problems),
+        graft_options={"delta": delta},
     )  # fmt: skip
     seen = []
     compute_loss = trainer.compute_loss
@@ -278,12 +325,12 @@ def half_reward(completions, **_):
     ],
 )
 def test_settings_the_update_cannot_honour_are_refused(
-    tmp_path, policy, env, library, options, error
+    tmp_path, policy, env, library, batch, options, error
 ):
-    problems = [env.problems[i] for i in batch_indices(env)]
+    problems = [env.problems[i] for i in batch_indices(env, batch)]
     with pytest.raises(ValueError, match=error):
         trainer = fixed_trainer(
-            tmp_path, policy, env, library, rows=dataset_rows(policy, problems), **options
+            tmp_path, policy, env, library, batch, rows=dataset_rows(policy, problems), **options
         )
         trainer.train()
 
