@@ -262,6 +262,9 @@ class VLLMPolicy(HFPolicy):
         super().__init__(model_path, name=name, options=options)
         self.engine_options = engine_options or VLLMEngineOptions()
         self.engine = self._build_engine()
+        # the longest prompt + response the engine serves: max_model_len as set, or the
+        # one vLLM derived from the model (not always the HF max_positions)
+        self.max_model_len: int = self.engine.llm_engine.model_config.max_model_len
         self.stager: WeightStager | None = None  # laid out by the first sync
 
     def _build_engine(self) -> Any:
@@ -324,6 +327,22 @@ class VLLMPolicy(HFPolicy):
         if self.stager is not None:
             self.stager.unlink()
         self.engine.llm_engine.engine_core.shutdown()
+
+    def encode_for_generation(
+        self, prompts: Sequence[str], n: int, sampling: SamplingParams
+    ) -> list[list[int]]:
+        """`HFPolicy`'s checks (the trainer scores these sequences), then that each prompt +
+        `max_new_tokens` fits the engine's `max_model_len`, with a one-line error naming the
+        prompt (vLLM's own error names neither)."""
+        prompt_ids = super().encode_for_generation(prompts, n, sampling)
+        for index, ids in enumerate(prompt_ids):
+            total = len(ids) + sampling.max_new_tokens
+            if total > self.max_model_len:
+                raise ValueError(
+                    f"{self.name}: prompt {index} + max_new_tokens needs {total} positions, "
+                    f"the vLLM engine serves {self.max_model_len} (vllm_max_model_len)"
+                )
+        return prompt_ids
 
     def generate(
         self, prompts: Sequence[str], n: int, sampling: SamplingParams

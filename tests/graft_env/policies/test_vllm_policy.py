@@ -228,6 +228,25 @@ def test_real_smollm2_logprobs_agree_and_follow_an_update():
         policy.close()
 
 
+@pytest.mark.vllm
+def test_generation_is_checked_against_the_engines_max_model_len():
+    """The engine's limit, not the HF model's 512 positions, bounds a rollout."""
+    policy = load_policy("tiny-a", rollout_backend="vllm", vllm_max_model_len=64)
+    try:
+        assert policy.max_model_len == 64 and policy.max_positions == 512
+        prompt = policy.format_prompt(PROBLEMS[0])
+        room = 64 - len(policy.encode_prompt(prompt))
+        fits = policy.generate([prompt], 1, SamplingParams(max_new_tokens=room, seed=0))
+        assert len(fits[0][0].token_ids) <= room
+        with pytest.raises(
+            ValueError,
+            match=r"prompt 0 \+ max_new_tokens needs 65 positions, the vLLM engine serves 64",
+        ):
+            policy.generate([prompt], 1, SamplingParams(max_new_tokens=room + 1, seed=0))
+    finally:
+        policy.close()
+
+
 def test_vllm_options_are_checked_before_any_model_loads(tmp_path):
     with pytest.raises(ValueError, match="unknown rollout_backend 'vlm'"):
         load_policy(tmp_path / "nowhere", rollout_backend="vlm")
@@ -237,7 +256,7 @@ def test_vllm_options_are_checked_before_any_model_loads(tmp_path):
         load_policy(tmp_path / "nowhere", rollout_backend="vllm", vllm_kv_cache=2)
     with pytest.raises(TypeError, match=r"unknown policy option\(s\) \['kv_cache_gib'\]"):
         load_policy(tmp_path / "nowhere", rollout_backend="vllm", kv_cache_gib=2)
-    with pytest.raises(ValueError, match="kv_cache_gib must be > 0"):
+    with pytest.raises(ValueError, match=r"^VLLMEngineOptions\.kv_cache_gib: 0 must be > 0$"):
         load_policy(tmp_path / "nowhere", rollout_backend="vllm", vllm_kv_cache_gib=0)
 
 
