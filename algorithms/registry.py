@@ -5,7 +5,9 @@ preset; variants are presets built with `dataclasses.replace` from their base, s
 an entry states exactly which options it changes (see `algorithms.presets`).
 `make(name, **overrides)` applies overrides on top of the preset, validates the
 result (`configure`, which needs no torch: run configs are checked with it) and builds
-the `Algorithm`.
+the `Algorithm`. The options are AlgorithmConfig's and every registered strategy's, merged
+(`algorithms.config.merged_class`); a strategy's own options keep their defaults unless
+`exchange` names it (`ExchangeStrategy.check_options`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from algorithms.config import AlgorithmConfig
+import algorithms.exchange  # noqa: F401  (importing registers the built-in strategies)
+from algorithms.config import AlgorithmConfig, option_fields
 
 if TYPE_CHECKING:
     from algorithms.algorithm import Algorithm
@@ -51,20 +54,17 @@ def preset(name: str) -> AlgorithmConfig:
 
 
 def configure(name: str, **overrides: object) -> AlgorithmConfig:
-    """The validated config of algorithm `name`, any AlgorithmConfig field overridden by
-    keyword: what `make` builds its `Algorithm` from."""
+    """The validated config of algorithm `name`, any option (AlgorithmConfig's or a
+    strategy's, `option_fields`) overridden by keyword: what `make` builds its `Algorithm`
+    from. Values are kept as given (an int for a float option stays an int)."""
     base = preset(name)
-    valid = [field.name for field in dataclasses.fields(AlgorithmConfig)]
+    valid = [field.name for field in option_fields()]
     unknown = sorted(set(overrides) - set(valid))
     if unknown:
         raise ValueError(
             f"unknown option(s) {unknown} for algorithm {name!r}; valid options: {valid}"
         )
-    config = dataclasses.replace(base, **overrides).validate()
-    from algorithms.exchange import available_strategies  # importing registers the built-ins
-
-    config.require_one_of("exchange", available_strategies())
-    return config
+    return dataclasses.replace(base, **overrides).validate()
 
 
 def make(name: str, **overrides: object) -> Algorithm:

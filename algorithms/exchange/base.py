@@ -14,8 +14,14 @@ every receiver got an entry. A strategy that keeps state across steps (HACPO's
 capability window) returns it from `state_dict()` and takes it back in
 `load_state_dict()`, so checkpoints resume it exactly; nothing else outlives a call.
 
-Three hooks say how the receiver's *own* groups combine with what it received;
-their defaults are GRAFT's replacement semantics:
+A strategy declares the options it reads beyond the shared ones as a frozen dataclass
+of typed fields with help (`options`, e.g. `GraftOptions`); `register_strategy` merges them
+into `AlgorithmConfig` (`algorithms.config.add_strategy`), and `check_options` holds
+its rules: the shared ones here (its peer objectives, dynamic sampling only where nothing
+moves, other strategies' options left at their defaults), its own in an override.
+
+Four hooks say how the receiver's *own* groups combine with what it received and
+whether groups move; their defaults are GRAFT's replacement semantics:
 - `replaces_own_groups`: True if a prompt that received data drops the
   receiver's own group (GRAFT); False keeps both (pooled, SGT, HACPO).
 - `own_advantages(...)`: the advantages of the receiver's own responses, for
@@ -23,18 +29,21 @@ their defaults are GRAFT's replacement semantics:
 - `units_by_prompt`: True if every row of one prompt (own group and all it
   received) forms one minibatch unit (GRAFT, pooled, SGT); False makes the own
   group and each transferred group separate units (HACPO's self-first order).
+- `moves_groups`: False if nothing moves ("none"), so agents may answer different prompts.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from algorithms.config import AlgorithmConfig
+from algorithms.config import AlgorithmConfig, add_strategy
 from algorithms.exchange.stats import ExchangeStats
+from graft_env.schema import require
 from graft_env.types import AgentRollouts, ScoredText, Scorer, TransferredGroup
 
 _STRATEGIES: dict[str, type[ExchangeStrategy]] = {}
@@ -52,9 +61,41 @@ class ExchangeStrategy:
     """Base class of all strategies: subclass it, implement `select`, register it."""
 
     name = "unregistered"
+    options: ClassVar[type | None] = None
+    """The dataclass of the options this strategy reads beyond the shared ones (None: none)."""
+    peer_objectives: ClassVar[tuple[str, ...]] = ("ppo", "luffy")
+    """The `peer_objective` values this strategy trains peers with."""
 
     def __init__(self, config: AlgorithmConfig) -> None:
         self.config = config
+
+    def check_options(self, where: str) -> None:
+        """Raise `OptionError` at `where` for options that would silently mean nothing with
+        this strategy; an override adds its own rules (calling this one)."""
+        cfg = self.config
+        if cfg.peer_objective not in self.peer_objectives:
+            allowed = " or ".join(repr(p) for p in self.peer_objectives)
+            raise require(
+                where,
+                "peer_objective",
+                cfg.peer_objective,
+                f"{allowed} with exchange={self.name!r}",
+            )
+        if cfg.dynamic_sampling and self.moves_groups:
+            raise require(
+                where,
+                "dynamic_sampling",
+                True,
+                f"False with exchange={self.name!r}: it would drop the all-fail groups an "
+                "exchange fills",
+            )
+        for owner, options in _options_of_others(self.name):
+            for spec in dataclasses.fields(options):
+                if getattr(cfg, spec.name) != spec.default:
+                    value = getattr(cfg, spec.name)
+                    raise require(
+                        where, spec.name, value, f"{spec.default!r} unless exchange={owner!r}"
+                    )
 
     @property
     def replaces_own_groups(self) -> bool:
@@ -125,18 +166,27 @@ class ExchangeStrategy:
 
 
 def register_strategy(name: str) -> Callable[[type[ExchangeStrategy]], type[ExchangeStrategy]]:
-    """Class decorator: make `name` usable as `AlgorithmConfig.exchange`."""
+    """Class decorator: make `name` usable as `AlgorithmConfig.exchange`, with the strategy's
+    `options` merged into `AlgorithmConfig`."""
 
     def add(cls: type[ExchangeStrategy]) -> type[ExchangeStrategy]:
         if not (isinstance(cls, type) and issubclass(cls, ExchangeStrategy)):
             raise TypeError(f"strategy {name!r} must subclass ExchangeStrategy, got {cls!r}")
         if name in _STRATEGIES:
             raise ValueError(f"exchange strategy {name!r} is already registered")
+        add_strategy(name, cls.options, lambda config, where: cls(config).check_options(where))
         cls.name = name
         _STRATEGIES[name] = cls
         return cls
 
     return add
+
+
+def _options_of_others(name: str) -> list[tuple[str, type]]:
+    """(strategy, options dataclass) of every registered strategy but `name`."""
+    return [
+        (other, cls.options) for other, cls in _STRATEGIES.items() if other != name and cls.options
+    ]
 
 
 def available_strategies() -> list[str]:

@@ -19,12 +19,15 @@ Reads like GRAFT-SPEC §2-§4:
 
 Ablations are options of this one strategy: selection='random_prompts', balance,
 candidates, compat, delta, admission='random' (count matched per direction or per
-group: admission_match), success_only, pooled, peer_clip (SPEC §7).
+group: admission_match), success_only, pooled, stored (`GraftOptions`), and the shared
+peer_clip (SPEC §7).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
@@ -40,6 +43,8 @@ from algorithms.core import (
     select_exchange,
     select_exchange_multi,
 )
+from algorithms.core.selection import CANDIDATE_RULES
+from algorithms.core.weights import LOGLIK_MODES
 from algorithms.exchange.base import (
     ExchangeResult,
     ExchangeStrategy,
@@ -48,14 +53,141 @@ from algorithms.exchange.base import (
     score_texts,
 )
 from algorithms.exchange.stats import ExchangeStats
+from graft_env.schema import Flag, Fraction, require
 from graft_env.types import AgentRollouts, ScoredText, Scorer, TransferredGroup
 
 Direction = tuple[str, str]
+SELECTION_MODES = ("gate", "random_prompts")
+ADMISSION_MODES = ("compat", "random")
+ADMISSION_MATCHES = ("direction", "group")
+
+
+@dataclass(frozen=True)
+class GraftOptions:
+    """The options of the GRAFT strategy and its §7 ablations (merged into AlgorithmConfig)."""
+
+    selection: Literal[SELECTION_MODES] = field(
+        default="gate",
+        metadata={
+            "help": (
+                "'gate': Eq.4 candidates; 'random_prompts': same count, uniform among all-fail."
+            )
+        },
+    )
+    candidates: Literal[CANDIDATE_RULES] = field(
+        default="informative",
+        metadata={
+            "help": (
+                "Gate candidates C_{S->R}: 'informative' (Eq.4: k_R = 0 and 1 <= k_S < n); "
+                "'any_success' (SGT's eligibility: k_R = 0 and k_S >= 1, all-pass source groups "
+                "included; they carry zero advantage: the paper's no-balance row, App. G)."
+            )
+        },
+    )
+    balance: Flag = field(
+        default=True,
+        metadata={"help": "Balanced exchange with ties (Alg.1); False transfers every candidate."},
+    )
+    compat: Flag = field(
+        default=True,
+        metadata={"help": "Weight transferred responses by w = 1[s > delta] min(s, 1)."},
+    )
+    delta: Fraction = field(
+        default=0.8,
+        metadata={"help": "Compatibility floor: responses with s <= delta are removed."},
+    )
+    compat_norm: Literal[LOGLIK_MODES] = field(
+        default="token",
+        metadata={
+            "help": "Length normalisation of log-likelihoods in s: 'token' (paper) or 'char'."
+        },
+    )
+    admission: Literal[ADMISSION_MODES] = field(
+        default="compat",
+        metadata={
+            "help": (
+                "'compat': floor decides; 'random': as many responses as the floor admits per "
+                "direction and step (see admission_match) admitted at random, w = min(s, 1)."
+            )
+        },
+    )
+    admission_match: Literal[ADMISSION_MATCHES] = field(
+        default="direction",
+        metadata={
+            "help": (
+                "admission='random': match the floor's admitted count per 'direction' and step "
+                "(App. F, Table 7: the paper's form) or per transferred 'group', a finer control: "
+                "it matches the floor group by group, so it isolates which responses are admitted "
+                "from how many each prompt gets."
+            )
+        },
+    )
+    success_only: Flag = field(
+        default=False,
+        metadata={
+            "help": "Remove failed source responses from transferred groups (weight 0; counted)."
+        },
+    )
+    pooled: Flag = field(
+        default=False,
+        metadata={
+            "help": (
+                "Keep the receiver's group and pool it with the source group; advantages over 2n."
+            )
+        },
+    )
+    stored: Flag = field(
+        default=False,
+        metadata={
+            "help": (
+                "Peer data comes from a stored trajectory log (SPEC §9): one-way, no balancing."
+            )
+        },
+    )
 
 
 @register_strategy("graft")
 class GraftExchange(ExchangeStrategy):
     """The GRAFT gate with every §7 ablation as an option."""
+
+    options = GraftOptions
+
+    def check_options(self, where: str) -> None:
+        """The shared rules, and option sets of GRAFT's that would silently do something
+        other than they say."""
+        super().check_options(where)
+        cfg = self.config
+        if cfg.admission_match != "direction" and cfg.admission != "random":
+            raise require(
+                where,
+                "admission_match",
+                cfg.admission_match,
+                "'direction' unless admission='random' (only random admission matches a count)",
+            )
+        if cfg.admission == "random" and not cfg.compat:
+            raise require(
+                where, "admission", cfg.admission, "'compat' when compat=False (no scores to admit)"
+            )
+        if cfg.stored and cfg.balance:
+            raise require(
+                where, "balance", True, "False with stored=True (a stored log is one-way, SPEC §9)"
+            )
+        if cfg.candidates == "any_success" and cfg.balance:
+            raise require(
+                where,
+                "candidates",
+                cfg.candidates,
+                "'informative' with balance=True (balancing keeps the highest k_S first, so "
+                "zero-advantage all-pass groups would displace informative ones)",
+            )
+        if cfg.pooled and cfg.candidates == "any_success":
+            raise require(
+                where,
+                "pooled",
+                True,
+                "False with candidates='any_success' (an all-pass source group pooled with the "
+                "receiver's all-fail group gets non-zero advantages, not the zero it carries)",
+            )
 
     @property
     def replaces_own_groups(self) -> bool:

@@ -41,6 +41,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -53,12 +54,39 @@ from algorithms.exchange.base import (
     score_texts,
 )
 from algorithms.exchange.stats import ExchangeStats
+from graft_env.schema import Number, Positive, PositiveNumber, require
 from graft_env.types import AgentRollouts, ScoredText, Scorer, TransferredGroup
+
+
+@dataclass(frozen=True)
+class HacpoOptions:
+    """HACPO's capability options (merged into AlgorithmConfig)."""
+
+    capability_window: Positive = field(
+        default=5,
+        metadata={
+            "help": "HACPO: steps in the rolling window of each agent's success rate (capability)."
+        },
+    )
+    capability_ratio_min: PositiveNumber = field(
+        default=0.1, metadata={"help": "HACPO: lower bound of capability ratios."}
+    )
+    capability_ratio_max: Number = field(
+        default=10.0, metadata={"help": "HACPO: upper bound of capability ratios."}
+    )
 
 
 @register_strategy("hacpo")
 class HacpoExchange(ExchangeStrategy):
     """All peer responses on all prompts, capability-weighted, with sequence-level IS."""
+
+    options = HacpoOptions
+
+    def check_options(self, where: str) -> None:
+        super().check_options(where)
+        low, high = self.config.capability_ratio_min, self.config.capability_ratio_max
+        if high < low:
+            raise require(where, "capability_ratio_max", high, f">= capability_ratio_min={low}")
 
     def __init__(self, config: AlgorithmConfig) -> None:
         super().__init__(config)

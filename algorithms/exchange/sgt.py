@@ -17,6 +17,7 @@ per-minibatch form of Mutual RL's GRPO + 0.1 NLL.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -28,12 +29,25 @@ from algorithms.exchange.base import (
     score_texts,
 )
 from algorithms.exchange.stats import ExchangeStats
+from graft_env.schema import NonNegative
 from graft_env.types import AgentRollouts, Scorer, TransferredGroup
+
+
+@dataclass(frozen=True)
+class SgtOptions:
+    """SGT's option (merged into AlgorithmConfig); `Algorithm`'s loss reads it."""
+
+    sgt_coef: NonNegative = field(
+        default=0.1, metadata={"help": "Coefficient of the SGT auxiliary NLL term."}
+    )
 
 
 @register_strategy("sgt")
 class SgtExchange(ExchangeStrategy):
     """One random correct peer response per receiver all-fail prompt, for an NLL term."""
+
+    options = SgtOptions
+    peer_objectives = ("nll",)  # SGT trains on peers only through the NLL
 
     @property
     def replaces_own_groups(self) -> bool:

@@ -23,7 +23,18 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
-from pydantic import BeforeValidator, Field, Strict, TypeAdapter, ValidationError
+from pydantic import TypeAdapter, ValidationError
+
+# The field types and errors are defined once, in graft_env.schema; re-exported here.
+from graft_env.schema import ConfigError as ConfigError
+from graft_env.schema import Count as Count
+from graft_env.schema import Flag as Flag
+from graft_env.schema import PathText as PathText
+from graft_env.schema import Positive as Positive
+from graft_env.schema import PositiveFloat as PositiveFloat
+from graft_env.schema import Share as Share
+from graft_env.schema import Text as Text
+from graft_env.schema import describe_error as describe_error
 
 
 class _Loader(yaml.SafeLoader):
@@ -67,27 +78,6 @@ def parse_yaml(text: str, where: str = "") -> Any:
 T = TypeVar("T")
 
 
-class ConfigError(ValueError):
-    """A configuration (a run config, a YAML file, an override) is invalid; the message names
-    the field."""
-
-
-def _fspath(value: Any) -> Any:
-    """A path given as a `Path` from Python, as the string YAML would give."""
-    return os.fspath(value) if isinstance(value, os.PathLike) else value
-
-
-# The field types of the schema: pydantic checks them (`validate_as`), `schema_lines` prints them.
-# Numbers are strict (no "8" for 8, no 8.5 or true for an int); an int is a valid float.
-Count = Annotated[int, Strict(), Field(ge=0)]
-Positive = Annotated[int, Strict(), Field(ge=1)]
-PositiveFloat = Annotated[float, Strict(), Field(gt=0)]
-Share = Annotated[float, Strict(), Field(gt=0, le=1)]
-Flag = Annotated[bool, Strict()]
-Text = Annotated[str, Strict()]
-PathText = Annotated[str, BeforeValidator(_fspath), Strict()]
-
-
 @functools.cache
 def adapter(cls: type) -> TypeAdapter:
     """The validator of schema dataclass `cls`, built on first use (a few ms)."""
@@ -119,47 +109,6 @@ def _after_item_errors(error: Mapping[str, Any]) -> bool:
     return error["type"] == "too_short" and given is not None and given >= ctx["min_length"]
 
 
-_TYPE_WORDS = {
-    "int": "an integer",
-    "float": "a number",
-    "bool": "true or false",
-    "string": "a string",
-}
-
-
-def describe_error(error: Mapping[str, Any], valid_keys: Sequence[str] = ()) -> str:
-    """One pydantic error as `key.path: what is wrong` (`env.batch_size: 'abc' is not an
-    integer`, `seed: -1 must be >= 0`, `env.batchsize: unknown key; valid: ...`)."""
-    where = ".".join(str(part) for part in error["loc"]) or "config"
-    kind, value, ctx = error["type"], error.get("input"), error.get("ctx") or {}
-    base = kind.split("_")[0]
-    if kind in ("unexpected_keyword_argument", "extra_forbidden"):
-        return f"{where}: unknown key; valid: {', '.join(valid_keys)}"
-    if kind in ("missing", "missing_argument", "missing_keyword_argument"):
-        return f"{where}: missing (required)"
-    if base in _TYPE_WORDS and kind.endswith(("_type", "_parsing", "_from_float")):
-        return f"{where}: {value!r} is not {_TYPE_WORDS[base]}"
-    bounds = {"greater": ">", "less": "<"}
-    if base in bounds:
-        op = bounds[base] + ("=" if kind.endswith("_equal") else "")
-        limit = next(iter(ctx.values()))
-        return f"{where}: {value!r} must be {op} {limit:g}"
-    if kind == "literal_error":
-        return f"{where}: {value!r} is not one of {ctx['expected'].replace(' or ', ', ')}"
-    if kind in ("dataclass_type", "dict_type", "mapping_type", "model_type"):
-        return f"{where}: expected a mapping, got {type(value).__name__}"
-    if kind in ("too_short", "too_long"):
-        size = len(value) if isinstance(value, list | tuple) else "?"
-        wanted = ctx.get("min_length") if kind == "too_short" else ctx.get("max_length")
-        word = "at least" if kind == "too_short" else "at most"
-        return f"{where}: expected {word} {wanted} item(s), got {size}: {value!r}"
-    if kind in ("tuple_type", "list_type"):
-        return f"{where}: expected a list, got {type(value).__name__}"
-    if kind == "value_error":
-        return f"{where}: {ctx['error']}"
-    return f"{where}: {error['msg']} (got {value!r})"
-
-
 def _valid_keys(cls: type, loc: Sequence[Any]) -> list[str]:
     """The field names of the dataclass that holds the key at `loc` (for unknown-key errors)."""
     node: Any = cls
@@ -188,7 +137,10 @@ def _dataclass_in(hint: Any) -> type | None:
 
 def schema_lines(cls: type, prefix: str = "") -> list[str]:
     """The schema of dataclass `cls`, one `key  type  default  help` line per field (nested fields
-    dotted, `agents.N.<field>` for list items): what `graft config show` prints."""
+    dotted, `agents.N.<field>` for list items): what `graft config show` prints. A mapping
+    field whose `metadata["options"]` names option classes (a function returning
+    `(key_prefix, dataclass)` pairs: `algorithm_options`, `agents.N.options`, `ray`) lists
+    their fields under it (`agents.N.options.vllm_max_num_seqs`)."""
     lines = []
     hints = typing.get_type_hints(cls, include_extras=True)
     for f in dataclasses.fields(cls):
@@ -210,6 +162,8 @@ def schema_lines(cls: type, prefix: str = "") -> list[str]:
         lines.append(f"{prefix}{f.name}  {_type_name(hint)}  {default}  {help_text}".rstrip())
         if nested is not None:  # an optional section: its fields too
             lines += schema_lines(nested, f"{prefix}{f.name}.")
+        for key_prefix, options in f.metadata.get("options", lambda: ())():
+            lines += schema_lines(options, f"{prefix}{f.name}.{key_prefix}")
     return lines
 
 
@@ -229,7 +183,7 @@ def _type_name(hint: Any) -> str:
                         bounds.append(f"{op} {getattr(constraint, name)}")
         return " ".join([_type_name(base), ", ".join(bounds)]).strip()
     if typing.get_origin(hint) is Literal:
-        return " | ".join(repr(arg) for arg in typing.get_args(hint))
+        return " | ".join("null" if arg is None else repr(arg) for arg in typing.get_args(hint))
     args = typing.get_args(hint)
     if type(None) in args:
         return " | ".join(_type_name(a) for a in args if a is not type(None)) + " | null"

@@ -10,22 +10,27 @@ The dataclasses are the schema: each field's type (with its range, `Positive`, `
 and help text are written once, on the field; `algorithms.storage.yaml_schema` checks data against
 them, so every error is one line naming the full key (`env.batch_size: 'abc' is not an
 integer`, `agents.0.options.lrr: unknown option; valid: ...`), and prints them (`graft config
-show`). What types cannot say (agent names, policy options, the dataset and algorithm) is
-checked here. Validation keeps every value equal to what YAML gave (an int temperature
-becomes an equal float): a run directory compares its saved config with the new one on resume.
+show`). The three option sections, `algorithm_options`, `agents.N.options` and `ray`, stay
+mappings of what was written (a run's saved config and a grid cell's hash hold no defaults),
+and their schema is their option classes (`metadata["options"]`: AlgorithmConfig with each
+strategy's options, HFPolicyOptions / LoaderOptions / VLLMEngineOptions, RayOptions), which
+`graft config show` lists under them and `_check` checks them against, with the same one-line
+errors (`algorithm_options.dleta: unknown option; valid: ...`). What types cannot say (agent
+names, the dataset and algorithm names) is checked here too. Validation keeps every value
+equal to what YAML gave (an int temperature becomes an equal float): a run directory compares
+its saved config with the new one on resume.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import inspect
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import ConfigDict, ValidationError
+from pydantic import ConfigDict
 
 from algorithms.library.choice import LibraryChoice
 from algorithms.storage.yaml_schema import (
@@ -37,9 +42,7 @@ from algorithms.storage.yaml_schema import (
     PositiveFloat,
     Share,
     Text,
-    adapter,
     apply_override,
-    describe_error,
     plain,
     read_yaml_mapping,
     validate_as,
@@ -49,12 +52,41 @@ from algorithms.storage.yaml_schema import (
 )
 from algorithms.training.periodic_eval import EvalSpec
 from algorithms.training.wandb_sink import WandbSpec
+from graft_env.schema import OptionError, check_options
 
 if TYPE_CHECKING:
     from algorithms.config import AlgorithmConfig
     from algorithms.library.source import LibrarySource
 
 Backend = Literal["local", "ray"]
+
+
+# The option classes of the mapping sections (`metadata["options"]`: what `graft config show`
+# lists under them and what `_check` checks them against), imported when first used.
+def _algorithm_options_class() -> type:
+    """The class of `algorithm_options`: AlgorithmConfig with every strategy's options."""
+    import algorithms.exchange  # noqa: F401  (importing registers the built-in strategies)
+    from algorithms.config import merged_class
+
+    return merged_class()
+
+
+def _algorithm_option_classes() -> tuple[tuple[str, type], ...]:
+    return (("", _algorithm_options_class()),)
+
+
+def _ray_option_classes() -> tuple[tuple[str, type], ...]:
+    """The class of `ray`."""
+    from algorithms.training.ray.options import RayOptions
+
+    return (("", RayOptions),)
+
+
+def _policy_option_classes() -> tuple[tuple[str, type], ...]:
+    """The classes of `agents.N.options`, with their keys' prefixes."""
+    from graft_env.policies.options import policy_option_classes
+
+    return policy_option_classes()
 
 
 @dataclass(frozen=True)
@@ -67,7 +99,8 @@ class AgentSpec:
         default_factory=dict,
         metadata={
             "help": "policy options: HFPolicyOptions fields (lr, dtype, device, ...), "
-            "load_policy's rollout_backend, cache_dir, tiny_seed, and vllm_<field>"
+            "load_policy's rollout_backend, cache_dir, tiny_seed, and vllm_<field>",
+            "options": _policy_option_classes,
         },
     )
 
@@ -132,7 +165,11 @@ class TrainConfig:
     agents: tuple[AgentSpec, ...] = field(metadata={"help": "the policies, at least one"})
     algorithm: Text = field(default="graft", metadata={"help": "registry name (algorithms.make)"})
     algorithm_options: Mapping[str, Any] = field(
-        default_factory=dict, metadata={"help": "AlgorithmConfig overrides, e.g. {n: 8}"}
+        default_factory=dict,
+        metadata={
+            "help": "AlgorithmConfig overrides of the algorithm's preset, e.g. {n: 8}",
+            "options": _algorithm_option_classes,
+        },
     )
     env: EnvSection = field(default_factory=EnvSection)
     sampling: SamplingSpec = field(default_factory=SamplingSpec)
@@ -169,7 +206,10 @@ class TrainConfig:
     )
     ray: Mapping[str, Any] = field(
         default_factory=dict,
-        metadata={"help": "Ray backend options (address, per-agent resources); see docs"},
+        metadata={
+            "help": "Ray backend options (address, per-agent resources); see docs",
+            "options": _ray_option_classes,
+        },
     )
     threads: Positive | None = field(
         default=None,
@@ -218,6 +258,10 @@ def _check(config: TrainConfig) -> None:
         )
     for index, agent in enumerate(config.agents):
         check_policy_options(agent.options, f"agents.{index}.options")
+    if config.ray:
+        from algorithms.training.ray.options import parse_ray_options
+
+        parse_ray_options(config.ray)
     algorithm = _check_algorithm(config.algorithm, config.algorithm_options)
     check_stored_source(config, config.algorithm, algorithm.stored)
 
@@ -238,17 +282,19 @@ def _check_library(library: LibrarySpec, names: Sequence[str], stored_peer: bool
 
 def _check_algorithm(name: str, options: Mapping[str, Any]) -> AlgorithmConfig:
     """The algorithm and its options as `algorithms.make` takes them (`algorithms.configure`:
-    AlgorithmConfig.validate, no torch)."""
+    AlgorithmConfig.validate, no torch); a bad option is `algorithm_options.<key>: ...`."""
     import algorithms
 
     if name not in algorithms.available():
         raise ConfigError(
             f"algorithm: unknown algorithm {name!r}; valid: {', '.join(algorithms.available())}"
         )
+    where = "algorithm_options"
     try:
+        check_options(_algorithm_options_class(), options, where)
         return algorithms.configure(name, **options)
-    except (TypeError, ValueError) as error:
-        raise ConfigError(f"algorithm_options: {error}") from None
+    except OptionError as error:
+        raise error.at(where) from None
 
 
 def check_stored_source(config: TrainConfig, name: str, stored: bool) -> None:
@@ -269,44 +315,28 @@ def check_stored_source(config: TrainConfig, name: str, stored: bool) -> None:
 
 def check_policy_options(options: Mapping[str, Any], where: str) -> None:
     """An agent's `options` checked as `load_policy` would take them, before any model loads:
-    known names, `HFPolicyOptions` / `VLLMEngineOptions` types and checks, AdamW's ranges, and
-    half-precision weights at a learning rate whose steps round away (`policies.precision`)."""
-    from graft_env.policies.options import OPTION_PREFIX, HFPolicyOptions, VLLMEngineOptions
+    known names, the types and checks of `HFPolicyOptions`, `LoaderOptions` and
+    `VLLMEngineOptions` (`vllm_<field>`), and half-precision weights at a learning rate whose
+    steps round away (`policies.precision`)."""
     from graft_env.policies.precision import HALF_PRECISION_DTYPES, half_precision_training_error
-    from graft_env.policies.zoo import load_policy
 
-    loader = [
-        p.name
-        for p in inspect.signature(load_policy).parameters.values()
-        if p.kind is inspect.Parameter.KEYWORD_ONLY
-    ]
-    policy = [f.name for f in dataclasses.fields(HFPolicyOptions)]
-    engine = [OPTION_PREFIX + f.name for f in dataclasses.fields(VLLMEngineOptions)]
+    classes = _policy_option_classes()
+    valid = [prefix + f.name for prefix, cls in classes for f in dataclasses.fields(cls)]
     for key in options:
-        if key not in loader + policy + engine:
-            raise ConfigError(
-                f"{where}.{key}: unknown option; valid: {', '.join(policy + loader + engine)}"
-            )
-    policy_values = {k: v for k, v in options.items() if k in policy}
-    engine_values = {k.removeprefix(OPTION_PREFIX): v for k, v in options.items() if k in engine}
-    checked = _check_fields(HFPolicyOptions, policy_values, where, "")
-    _check_fields(VLLMEngineOptions, engine_values, where, OPTION_PREFIX)
-    for key in ("lr", "weight_decay"):  # torch.optim.AdamW's own checks, after the model loads
-        if getattr(checked, key) < 0:
-            raise ConfigError(f"{where}.{key}: {options[key]!r} must be >= 0")
-    error = half_precision_training_error(checked.dtype, checked.lr)
-    if checked.dtype in HALF_PRECISION_DTYPES and error:
+        if key not in valid:
+            raise ConfigError(f"{where}.{key}: unknown option; valid: {', '.join(valid)}")
+    built = {}
+    for prefix, cls in classes:
+        names = {prefix + f.name for f in dataclasses.fields(cls)}
+        values = {k.removeprefix(prefix): v for k, v in options.items() if k in names}
+        try:
+            built[cls.__name__] = cls(**values)
+        except OptionError as error:
+            raise error.at(where, prefix) from None
+    policy = built["HFPolicyOptions"]
+    error = half_precision_training_error(policy.dtype, policy.lr)
+    if policy.dtype in HALF_PRECISION_DTYPES and error:
         raise ConfigError(f"{where}: {error}")
-
-
-def _check_fields(cls: type, values: Mapping[str, Any], where: str, prefix: str) -> Any:
-    """`values` as fields of dataclass `cls` (the instance): types and its own checks."""
-    try:
-        return adapter(cls).validate_python(values)
-    except ValidationError as error:
-        first = error.errors()[0]
-        loc = (prefix + str(first["loc"][0]),) if first["loc"] else ()
-        raise ConfigError(describe_error({**first, "loc": (*where.split("."), *loc)})) from None
 
 
 # Settings that do not change what a run computes, so a resume may change them: where the

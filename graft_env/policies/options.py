@@ -1,113 +1,166 @@
-"""The options of a policy: `HFPolicyOptions` (the transformers model and its AdamW) and
-`VLLMEngineOptions` (the vLLM rollout engine, `load_policy` options `vllm_<field>`).
+"""The options of a policy: `HFPolicyOptions` (the transformers model and its AdamW),
+`LoaderOptions` (what `load_policy` itself takes) and `VLLMEngineOptions` (the vLLM rollout
+engine, `load_policy` options `vllm_<field>`).
 
-No torch here, so a run config's agent options are checked (`graft config validate`,
-`algorithms.training.run_config.check_policy_options`) in a fraction of a second, before any model
-loads: dtypes are names, which `hf_options.DTYPES` resolves when a model is built.
+Each is a frozen dataclass of typed fields with help (`graft_env.schema`), checked when it
+is built: a bad value is one line, `HFPolicyOptions.lr: -1 must be >= 0`. No torch here,
+so a run config's agent options are checked (`graft config validate`,
+`algorithms.training.run_config.check_policy_options`) in a fraction of a second, before any
+model loads: dtypes are names, which `loading.DTYPES` resolves when a model is built.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Literal
+
+from graft_env.schema import (
+    Count,
+    Flag,
+    Fraction,
+    NonNegative,
+    OptionError,
+    PathText,
+    Positive,
+    PositiveFloat,
+    Share,
+    Text,
+    check_fields,
+)
 
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
 # float16 autocast would need loss scaling (GradScaler), which `update` does not do.
 AUTOCAST_DTYPES = (None, "bfloat16")
+ROLLOUT_BACKENDS = ("transformers", "vllm")
 
 
 @dataclass(frozen=True)
 class HFPolicyOptions:
-    """Options of a transformers policy.
+    """Options of a transformers policy (paper: lr 1e-6, betas (0.9, 0.999), weight decay
+    0.01, grad clip 1.0)."""
 
-    temperature: the log-prob temperature (see `policies.base`); training forward,
-        `score` and recorded generation log-probs all use it.
-    dtype: "float32", "bfloat16" or "float16" weights; log-softmax is always float32.
-        `update` refuses half-precision weights below lr 1e-4, where AdamW steps
-        round away (`policies.precision`); train float32 weights with `autocast`.
-    autocast: None, or "bfloat16": mixed precision. Forwards (sampling, scoring,
-        training) compute in bfloat16 under `torch.autocast` while the weights and
-        AdamW state stay float32 (master weights, as in FSDP's mixed precision), so
-        small steps accumulate; it needs dtype "float32". Log-probs then carry
-        bfloat16 rounding (generation vs training forward within ~0.1 nats per token).
-    device: torch device string ("cpu", "cuda", "cuda:1", ...).
-    lr, betas, weight_decay: AdamW hyperparameters (paper: 1e-6, (0.9, 0.999), 0.01).
-    grad_clip: max global grad norm per optimiser step (paper: 1.0).
-    gradient_checkpointing: trade compute for activation memory in `update`.
-    generation_batch_size: sequences decoded together by `generate`.
-    score_batch_size: sequences per forward in `score` / `score_tokens`.
-    micro_batch_size: sequences per forward inside an `update` minibatch; None runs
-        the whole minibatch at once. Either way the gradient is the same.
-    max_tokens_per_micro_batch: a token budget instead of a row count: the rows of an
-        `update` minibatch, of the old-log-prob pass and of scoring are grouped by length
-        into micro-batches of at most this many tokens (prompt + response, padded), as
-        verl's `use_dynamic_bsz`; None keeps `micro_batch_size` rows. The loss normaliser
-        stays the minibatch's, so the gradient is the same.
-    logits_chunk_tokens: the most token positions whose logits are held at once when
-        log-probs and entropy are computed (scoring, update, evaluation): the logits peak
-        is bounded by this, whatever the response length or row count.
-    local_files_only: never contact the model hub (the default on these machines).
-    packed_decode: CPU only, float32 without autocast: `generate` runs every
-        `nn.Linear` on oneDNN with weights prepacked once per weight version
-        (`policies.packed`): sampling 32 rows of SmolLM2-135M 1.7-1.9x faster, one more
-        copy of the linear weights in memory, log-probs up to ~5e-5 from the plain
-        path's (other rounding), and so another sampled stream. Off by default, so that
-        runs sample exactly the stream they always did.
-    """
-
-    temperature: float = 1.0
-    dtype: str = "float32"
-    autocast: str | None = None
-    device: str = "cpu"
-    lr: float = 1e-6
-    betas: tuple[float, float] = (0.9, 0.999)
-    weight_decay: float = 0.01
-    grad_clip: float = 1.0
-    gradient_checkpointing: bool = False
-    generation_batch_size: int = 64
-    score_batch_size: int = 64
-    micro_batch_size: int | None = None
-    max_tokens_per_micro_batch: int | None = None
-    logits_chunk_tokens: int = 4096
-    local_files_only: bool = True
-    packed_decode: bool = False
+    temperature: PositiveFloat = field(
+        default=1.0,
+        metadata={
+            "help": (
+                "the log-prob temperature (policies.base): training forward, score and recorded "
+                "generation log-probs all use it"
+            )
+        },
+    )
+    dtype: Literal[DTYPE_NAMES] = field(
+        default="float32",
+        metadata={
+            "help": (
+                "weights' dtype; log-softmax is always float32. `update` refuses half-precision "
+                "weights below lr 1e-4, where AdamW steps round away (policies.precision); train "
+                "float32 weights with autocast"
+            )
+        },
+    )
+    autocast: Literal[AUTOCAST_DTYPES] = field(
+        default=None,
+        metadata={
+            "help": (
+                "null, or 'bfloat16': mixed precision. Forwards (sampling, scoring, training) "
+                "compute in bfloat16 under torch.autocast while the weights and AdamW state stay "
+                "float32 (master weights, as FSDP's mixed precision), so small steps accumulate; "
+                "needs dtype 'float32'. Log-probs then carry bfloat16 rounding (generation vs "
+                "training forward within ~0.1 nats per token)"
+            )
+        },
+    )
+    device: Text = field(
+        default="cpu", metadata={"help": "torch device string ('cpu', 'cuda', 'cuda:1', ...)"}
+    )
+    lr: NonNegative = field(default=1e-6, metadata={"help": "AdamW learning rate (paper: 1e-6)"})
+    betas: tuple[Fraction, Fraction] = field(
+        default=(0.9, 0.999), metadata={"help": "AdamW betas (paper: (0.9, 0.999))"}
+    )
+    weight_decay: NonNegative = field(
+        default=0.01, metadata={"help": "AdamW weight decay (paper: 0.01)"}
+    )
+    grad_clip: PositiveFloat = field(
+        default=1.0, metadata={"help": "max global grad norm per optimiser step (paper: 1.0)"}
+    )
+    gradient_checkpointing: Flag = field(
+        default=False, metadata={"help": "trade compute for activation memory in `update`"}
+    )
+    generation_batch_size: Positive = field(
+        default=64, metadata={"help": "sequences decoded together by `generate`"}
+    )
+    score_batch_size: Positive = field(
+        default=64, metadata={"help": "sequences per forward in `score` / `score_tokens`"}
+    )
+    micro_batch_size: Positive | None = field(
+        default=None,
+        metadata={
+            "help": (
+                "sequences per forward inside an `update` minibatch; null runs the whole minibatch "
+                "at once. Either way the gradient is the same"
+            )
+        },
+    )
+    max_tokens_per_micro_batch: Positive | None = field(
+        default=None,
+        metadata={
+            "help": (
+                "a token budget instead of a row count: the rows of an `update` minibatch, of the "
+                "old-log-prob pass and of scoring are grouped by length into micro-batches of at "
+                "most this many tokens (prompt + response, padded), as verl's use_dynamic_bsz; null"
+                " keeps micro_batch_size rows. The loss normaliser stays the minibatch's, so the "
+                "gradient is the same"
+            )
+        },
+    )
+    logits_chunk_tokens: Positive = field(
+        default=4096,
+        metadata={
+            "help": (
+                "the most token positions whose logits are held at once when log-probs and entropy "
+                "are computed (scoring, update, evaluation): the logits peak is bounded by this, "
+                "whatever the response length or row count"
+            )
+        },
+    )
+    local_files_only: Flag = field(
+        default=True,
+        metadata={"help": "never contact the model hub (the default on these machines)"},
+    )
+    packed_decode: Flag = field(
+        default=False,
+        metadata={
+            "help": (
+                "CPU only, float32 without autocast: `generate` runs every nn.Linear on oneDNN with"
+                " weights prepacked once per weight version (policies.packed): sampling 32 rows of "
+                "SmolLM2-135M 1.7-1.9x faster, one more copy of the linear weights in memory, "
+                "log-probs up to ~5e-5 from the plain path's (other rounding), and so another "
+                "sampled stream. Off by default, so that runs sample exactly the stream they always"
+                " did"
+            )
+        },
+    )
 
     def __post_init__(self) -> None:
-        if not self.temperature > 0:
-            raise ValueError(f"HFPolicyOptions.temperature must be > 0, got {self.temperature}")
-        if self.dtype not in DTYPE_NAMES:
-            raise ValueError(
-                f"HFPolicyOptions.dtype must be one of {list(DTYPE_NAMES)}, got {self.dtype!r}"
-            )
-        if self.autocast not in AUTOCAST_DTYPES:
-            raise ValueError(
-                f"HFPolicyOptions.autocast must be one of {AUTOCAST_DTYPES}, got {self.autocast!r}"
-            )
+        where = type(self).__name__
+        check_fields(self, where)
         if self.autocast is not None and self.dtype != "float32":
-            raise ValueError(
-                f"HFPolicyOptions.autocast={self.autocast!r} needs dtype 'float32' (the master "
-                f"weights), got dtype {self.dtype!r}"
+            raise OptionError(
+                where,
+                "autocast",
+                f"autocast={self.autocast!r} needs dtype 'float32' (the master weights), got "
+                f"dtype {self.dtype!r}",
             )
-        for field_name in ("generation_batch_size", "score_batch_size"):
-            if getattr(self, field_name) < 1:
-                raise ValueError(f"HFPolicyOptions.{field_name} must be >= 1")
-        if self.micro_batch_size is not None and self.micro_batch_size < 1:
-            raise ValueError("HFPolicyOptions.micro_batch_size must be >= 1 or None")
-        if self.max_tokens_per_micro_batch is not None and self.max_tokens_per_micro_batch < 1:
-            raise ValueError("HFPolicyOptions.max_tokens_per_micro_batch must be >= 1 or None")
-        if self.logits_chunk_tokens < 1:
-            raise ValueError(
-                f"HFPolicyOptions.logits_chunk_tokens must be >= 1, got {self.logits_chunk_tokens}"
-            )
-        if not self.grad_clip > 0:
-            raise ValueError(f"HFPolicyOptions.grad_clip must be > 0, got {self.grad_clip}")
         if self.packed_decode and (
             not self.device.startswith("cpu") or self.dtype != "float32" or self.autocast
         ):
-            raise ValueError(
-                "HFPolicyOptions.packed_decode needs device 'cpu', dtype 'float32' and no "
-                f"autocast (oneDNN's float32 GEMM), got device {self.device!r}, dtype "
-                f"{self.dtype!r}, autocast {self.autocast!r}"
+            raise OptionError(
+                where,
+                "packed_decode",
+                "packed_decode needs device 'cpu', dtype 'float32' and no autocast (oneDNN's "
+                f"float32 GEMM), got device {self.device!r}, dtype {self.dtype!r}, autocast "
+                f"{self.autocast!r}",
             )
 
     @classmethod
@@ -122,49 +175,84 @@ class HFPolicyOptions:
         return cls(**overrides)
 
 
+@dataclass(frozen=True)
+class LoaderOptions:
+    """The options `load_policy` takes itself (its keyword arguments), beside the
+    `HFPolicyOptions` and `vllm_<field>` ones."""
+
+    cache_dir: PathText | None = field(
+        default=None,
+        metadata={"help": "the model cache (null: $GRAFT_CACHE_DIR, else ~/.cache/graft)"},
+    )
+    tiny_seed: Count = field(
+        default=0, metadata={"help": "seed of the tiny/testbed pair to load (built if missing)"}
+    )
+    rollout_backend: Literal[ROLLOUT_BACKENDS] = field(
+        default="transformers",
+        metadata={
+            "help": (
+                "what samples: 'transformers' (HFPolicy) or 'vllm' (an in-process vLLM engine, "
+                "synced after every update; options vllm_<field>)"
+            )
+        },
+    )
+
+    def __post_init__(self) -> None:
+        check_fields(self, type(self).__name__)
+
+
 OPTION_PREFIX = "vllm_"
 """`load_policy` options named `vllm_<field>` set `VLLMEngineOptions.<field>`."""
 
 
 @dataclass(frozen=True)
 class VLLMEngineOptions:
-    """Options of the rollout engine (the trainer keeps its `HFPolicyOptions`).
+    """Options of the rollout engine (the trainer keeps its `HFPolicyOptions`)."""
 
-    kv_cache_gib: KV-cache size in GiB (vLLM `kv_cache_memory_bytes`); None lets
-        vLLM size it from `gpu_memory_utilization`. 1 GiB holds ~11k tokens of
-        SmolLM2-135M in float32, plenty on CPU. On CPU a set
-        `VLLM_CPU_KVCACHE_SPACE` (GiB) overrides it (vLLM's legacy setting).
-    gpu_memory_utilization: share of device memory the engine may claim when
-        `kv_cache_gib` is None. The trainer shares the device, so keep it low.
-    max_model_len: longest prompt + response the engine serves; None takes the
-        model's `max_position_embeddings` (the KV cache must hold one such sequence).
-    enforce_eager: no torch.compile / CUDA graphs. True suits CPU (compiling costs
-        minutes); set False on GPU for speed.
-    max_num_seqs: sequences decoded together (vLLM's continuous batch).
-    """
-
-    kv_cache_gib: float | None = 1.0
-    gpu_memory_utilization: float = 0.3
-    max_model_len: int | None = None
-    enforce_eager: bool = True
-    max_num_seqs: int = 256
+    kv_cache_gib: PositiveFloat | None = field(
+        default=1.0,
+        metadata={
+            "help": (
+                "KV-cache size in GiB (vLLM kv_cache_memory_bytes); null lets vLLM size it from "
+                "gpu_memory_utilization. 1 GiB holds ~11k tokens of SmolLM2-135M in float32, plenty"
+                " on CPU. On CPU a set VLLM_CPU_KVCACHE_SPACE (GiB) overrides it (vLLM's legacy "
+                "setting)"
+            )
+        },
+    )
+    gpu_memory_utilization: Share = field(
+        default=0.3,
+        metadata={
+            "help": (
+                "share of device memory the engine may claim when kv_cache_gib is null; the trainer"
+                " shares the device, so keep it low"
+            )
+        },
+    )
+    max_model_len: Positive | None = field(
+        default=None,
+        metadata={
+            "help": (
+                "longest prompt + response the engine serves; null takes the model's "
+                "max_position_embeddings (the KV cache must hold one such sequence)"
+            )
+        },
+    )
+    enforce_eager: Flag = field(
+        default=True,
+        metadata={
+            "help": (
+                "no torch.compile / CUDA graphs. True suits CPU (compiling costs minutes); set "
+                "false on GPU for speed"
+            )
+        },
+    )
+    max_num_seqs: Positive = field(
+        default=256, metadata={"help": "sequences decoded together (vLLM's continuous batch)"}
+    )
 
     def __post_init__(self) -> None:
-        if self.kv_cache_gib is not None and not self.kv_cache_gib > 0:
-            raise ValueError(f"VLLMEngineOptions.kv_cache_gib must be > 0, got {self.kv_cache_gib}")
-        if not 0 < self.gpu_memory_utilization <= 1:
-            raise ValueError(
-                "VLLMEngineOptions.gpu_memory_utilization must be in (0, 1], "
-                f"got {self.gpu_memory_utilization}"
-            )
-        if self.max_model_len is not None and self.max_model_len < 1:
-            raise ValueError(
-                f"VLLMEngineOptions.max_model_len must be >= 1, got {self.max_model_len}"
-            )
-        if self.max_num_seqs < 1:
-            raise ValueError(
-                f"VLLMEngineOptions.max_num_seqs must be >= 1, got {self.max_num_seqs}"
-            )
+        check_fields(self, type(self).__name__)
 
     @classmethod
     def from_prefixed(cls, options: dict[str, object]) -> VLLMEngineOptions:
@@ -174,3 +262,9 @@ class VLLMEngineOptions:
         if unknown:
             raise TypeError(f"unknown vLLM engine option(s) {unknown}; valid options: {valid}")
         return cls(**{key.removeprefix(OPTION_PREFIX): value for key, value in options.items()})
+
+
+def policy_option_classes() -> tuple[tuple[str, type], ...]:
+    """The option classes of an agent's `options` (a run config's `agents.N.options`), with
+    the prefix their keys carry there: what `load_policy(name, **options)` accepts."""
+    return (("", HFPolicyOptions), ("", LoaderOptions), (OPTION_PREFIX, VLLMEngineOptions))

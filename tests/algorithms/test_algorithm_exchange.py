@@ -61,7 +61,7 @@ def test_no_balance_transfers_every_candidate_with_the_papers_eligibility() -> N
 
 
 def test_any_success_is_refused_with_balancing() -> None:
-    with pytest.raises(ValueError, match=r"AlgorithmConfig\.candidates = 'any_success'"):
+    with pytest.raises(ValueError, match=r"AlgorithmConfig\.candidates: 'any_success' must be"):
         algorithms.make("graft", candidates="any_success")
 
 
