@@ -256,11 +256,6 @@ def _check_options_class(strategy: str, options: type) -> None:
             )
 
 
-def strategy_options() -> dict[str, type]:
-    """Strategy name -> its options dataclass, for the registered strategies that have any."""
-    return dict(_STRATEGY_OPTIONS)
-
-
 def merged_class() -> type[AlgorithmConfig]:
     """The class of every config: `AlgorithmConfig`'s fields, then each registered strategy's
     options in registration order. The built-in strategies register when
