@@ -271,3 +271,16 @@ def test_any_algorithm_option_value_is_accepted_or_one_line_naming_it(data):
         assert message.startswith("AlgorithmConfig.") and "\n" not in message, message
     else:
         assert getattr(config, spec.name) is value
+
+
+def test_the_built_in_strategies_declare_their_options_in_their_own_modules():
+    from algorithms.exchange.graft import GraftExchange
+    from algorithms.exchange.hacpo import HacpoExchange
+    from algorithms.exchange.sgt import SgtExchange
+
+    shared = {f.name for f in dataclasses.fields(AlgorithmConfig)}
+    for strategy in (GraftExchange, HacpoExchange, SgtExchange):
+        assert strategy.options.__module__ == strategy.__module__
+        own = {f.name for f in dataclasses.fields(strategy.options)}
+        assert own and not own & shared and own <= {f.name for f in option_fields()}
+    assert NoExchange.options is None
