@@ -34,7 +34,7 @@ BAD_ENVS = [
     (
         ["env.dataset_options.dificulty=1"],
         "env: dataset 'procedural' got unknown option(s) ['dificulty']; valid options: "
-        "['skills', 'size', 'seed', 'difficulty']",
+        "['skills', 'size', 'seed', 'difficulty', 'families']",
     ),
     (
         ["env.dataset_options.difficulty=7"],
