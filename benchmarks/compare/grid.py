@@ -49,6 +49,7 @@ from algorithms.training.eval_settings import EvalSettings
 from graft_env.data import available as available_datasets
 from graft_env.data.procedural import SKILLS
 from graft_env.eval.protocol import PROTOCOL
+from graft_env.schema import OptionError
 
 
 class GridError(ValueError):
@@ -289,6 +290,8 @@ def _entry(
     """One `algorithms:` item checked and resolved, with its group size n."""
     try:
         config = algorithms.configure(item.name, **{**base_options, **item.options})
+    except OptionError as error:  # a bad value: the uniform `<key path>: <problem>`
+        raise GridError(str(error.at(f"{where}.options"))) from None
     except (TypeError, ValueError) as error:
         raise GridError(f"{where}: {error}") from None
     _source_check(item, config.stored, where)

@@ -10,7 +10,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from graft_env.policies.cache import default_cache_dir
-from graft_env.policies.options import OPTION_PREFIX, HFPolicyOptions, VLLMEngineOptions
+from graft_env.policies.options import (
+    OPTION_PREFIX,
+    ROLLOUT_BACKENDS,
+    HFPolicyOptions,
+    VLLMEngineOptions,
+)
 
 if TYPE_CHECKING:
     from graft_env.policies.hf import HFPolicy
@@ -18,7 +23,6 @@ if TYPE_CHECKING:
 TINY_NAMES = ("tiny-a", "tiny-b")
 TESTBED_NAMES = ("testbed-a", "testbed-b")  # tiny.config.TESTBED: the study's pair (issue 16)
 REAL_NAMES = ("smollm2-135m", "gemma3-270m")
-ROLLOUT_BACKENDS = ("transformers", "vllm")
 
 
 def model_path(
