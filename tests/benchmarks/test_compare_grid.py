@@ -33,6 +33,7 @@ def changed(path: str, value) -> dict:
     [
         ("algorithms.0.name", "grpoo", r"algorithms\.0: unknown algorithm 'grpoo'"),
         ("algorithms.1.options", {"dleta": 0.5}, r"algorithms\.1: unknown option\(s\) \['dleta'\]"),
+        ("algorithms.1.options", {"n": 1}, r"^algorithms\.1\.options\.n: 1 must be >= 2$"),
         ("algorithms.1.label", "GRPO n=4", r"algorithms\.1\.label: 'GRPO n=4' is used twice"),
         ("algorithms.2.stored_peer_from", None, r"algorithms\.2: 'graft-stored' replays"),
         ("algorithms.2.stored_peer_from", "stored", r"algorithms\.2\.stored_peer_from: 'stored'"),
