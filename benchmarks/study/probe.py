@@ -8,10 +8,11 @@ rollout, verify, `algorithms.make(...)`'s exchange and batches, and the update),
 reports per step and direction (source -> receiver) the funnel a study's effect depends
 on: the receiver's all-fail and all-pass shares, the gate's candidates (Eq.4), the
 prompts kept after balancing, the transferred responses passing the compatibility floor
-(admitted / transferred), and the peer's share of the receiver's informative responses
-(non-zero advantage, non-zero weight, in the policy gradient). Step 0 is the untrained
-pair; later steps follow updates exactly as a study cell's first steps do. The step
-seconds are measured too (the study's compute estimate).
+(admitted / transferred) and their mean compatibility score s, and the peer's share of
+the receiver's informative responses (non-zero advantage, non-zero weight, in the policy
+gradient), by count and by weight x |advantage| (what the compatibility weights leave).
+Step 0 is the untrained pair; later steps follow updates exactly as a study cell's first
+steps do. The step seconds are measured too (the study's compute estimate).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +28,7 @@ import numpy as np
 from algorithms.storage.yaml_schema import read_yaml_mapping
 from algorithms.training.run_config import config_from_dict
 from algorithms.training.step import StepRecord
+from graft_env.types import TrainSequence
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "gap_pair_graft.yaml"
 
@@ -51,9 +53,18 @@ def direction_funnel(record: StepRecord, source: str, receiver: str) -> dict[str
         "transferred": float(transferred),
         "admitted": float(d.admitted) if d is not None else 0.0,
         "floor_pass": float(d.admitted / transferred) if transferred else float("nan"),
+        "mean_s": float(np.mean(d.scores)) if d is not None and d.scores else float("nan"),
         "informative": float(len(informative)),
         "peer_share": float(peer / len(informative)) if informative else float("nan"),
+        "peer_weight_share": _weight_share(informative),
     }
+
+
+def _weight_share(sequences: Sequence[TrainSequence]) -> float:
+    """The peer's share of sum(weight x |advantage|) over `sequences` (NaN when it is 0)."""
+    mass = [s.weight * abs(s.advantage) for s in sequences]
+    peer = sum(m for m, s in zip(mass, sequences, strict=True) if s.is_peer)
+    return float(peer / sum(mass)) if sum(mass) > 0 else float("nan")
 
 
 def step_funnel(record: StepRecord) -> dict[str, object]:
@@ -119,9 +130,11 @@ def probe(
     cache_dir: Path | None = None,
     threads: int = 1,
     overrides: Sequence[str] = (),
+    on_step: Callable[[StepRecord], None] | None = None,
 ) -> dict[str, object]:
     """Build (or load) pair `pair` (a `PAIRS` name, build seed 0) and run the probe;
-    `overrides` are `key=value` changes of the run config (as `graft train --set`)."""
+    `overrides` are `key=value` changes of the run config (as `graft train --set`);
+    `on_step` sees every step's record."""
     from algorithms.training.loop import Trainer
     from graft_env.policies import load_policy
     from graft_env.policies.tiny.build import build_tiny_pair
@@ -143,7 +156,12 @@ def probe(
         run = config_from_dict(probe_config(base, paths, seed, steps, run_dir), overrides)
         policies = {a.name: load_policy(a.model, **dict(a.options)) for a in run.agents}
         trainer = Trainer(run, policies)
-        records = [step_funnel(trainer.run_step()) for _ in range(steps)]
+        records = []
+        for _ in range(steps):
+            record = trainer.run_step()
+            if on_step is not None:
+                on_step(record)
+            records.append(step_funnel(record))
     return {
         "pair": pair,
         "models": {name: str(path) for name, path in paths.items()},
@@ -157,15 +175,15 @@ def probe(
 def format_probe(result: Mapping[str, object]) -> str:
     """A plain-text table: one row per direction, the funnel's means over the steps."""
     fields = ("receiver_all_fail", "receiver_all_pass", "gate_candidates", "kept")
-    fields += ("floor_pass", "peer_share")
-    header = f"{'direction':<28}" + "".join(f"{f:>18}" for f in fields)
+    fields += ("floor_pass", "mean_s", "peer_share", "peer_weight_share")
+    header = f"{'direction':<22}" + "".join(f"{f:>18}" for f in fields)
     lines = [
         f"{result['pair']} ({result['algorithm']}, seed {result['seed']}, "
         f"{len(result['steps'])} steps; means per step)",
         header,
     ]
     for name, row in result["mean"].items():
-        lines.append(f"{name:<28}" + "".join(f"{row[f]:>18.3f}" for f in fields))
+        lines.append(f"{name:<22}" + "".join(f"{row[f]:>18.3f}" for f in fields))
     seconds = [s["seconds"] for s in result["steps"]]
     lines.append(f"step seconds: {', '.join(f'{s:.1f}' for s in seconds)}")
     return "\n".join(lines)
