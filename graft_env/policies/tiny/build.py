@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import json
 import os
 import shutil
@@ -45,7 +44,7 @@ from transformers import PreTrainedTokenizerFast
 
 from graft_env.data import Problem
 from graft_env.policies.base import SamplingParams
-from graft_env.policies.cache import default_cache_dir
+from graft_env.policies.cache import default_cache_dir, weights_sha256
 from graft_env.policies.generation import sample
 from graft_env.policies.hf import HFPolicy
 from graft_env.policies.tiny import tokenizer as tiny_tokenizer
@@ -75,7 +74,6 @@ from graft_env.rewards import verify_batch
 
 COMPLETE_FILE = "build.json"
 REPORT_FILE = "report.json"
-WEIGHTS_FILE = "model.safetensors"
 TOKENIZER_CORPUS = 4000  # problems the BPE merges are learned from
 
 
@@ -241,15 +239,6 @@ def _warm_start_all(
             for spec in config.models
         }
         return {name: future.result() for name, future in futures.items()}
-
-
-def weights_sha256(model_dir: Path) -> str:
-    """SHA-256 of a saved model's weights file (`model.safetensors`), hex."""
-    digest = hashlib.sha256()
-    with open(Path(model_dir) / WEIGHTS_FILE, "rb") as file:
-        for chunk in iter(lambda: file.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _model_paths(root: Path, config: TinyPairConfig) -> dict[str, Path]:
