@@ -72,11 +72,11 @@ def read_rows(path: Path) -> list[tuple[str, dict[str, Any]]]:
 
 
 def _cut_back(handle: BinaryIO, size: int) -> str:
-    """Cut a log whose append failed back to `size` bytes (truncating needs no free space);
-    says what is left."""
+    """Cut a log whose append failed back to `size` bytes (truncating needs no free space;
+    no fsync, whose failure would not undo the cut: a crash before the cut reaches the disk
+    leaves the torn last line that `read_rows` drops); says what is left."""
     try:
         handle.truncate(size)
-        os.fsync(handle.fileno())
     except OSError as error:
         return f"and cutting off its part failed too ({error.strerror or error}): a torn last line"
     return "the log keeps its earlier rows only"

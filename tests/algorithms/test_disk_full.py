@@ -176,9 +176,12 @@ def test_a_metrics_row_that_cannot_be_appended_is_an_error_naming_the_log(tmp_pa
         metrics.write(1, "tiny-a", {"reward_mean": 0.25})
     assert caught.value.errno == errno.ENOSPC
     assert caught.value.filename == str(tmp_path / "metrics.jsonl")
-    assert caught.value.strerror == f"{FULL}; the metrics row of step 1 (tiny-a) was not written"
+    assert caught.value.strerror == (
+        f"{FULL}; the metrics row of step 1 (tiny-a) was not written (the log keeps its "
+        "earlier rows only)"
+    )
     monkeypatch.undo()
-    assert metrics.rows()[0] == {"step": 0, "agent": "tiny-a", "reward_mean": 0.5}
+    assert metrics.rows() == [{"step": 0, "agent": "tiny-a", "reward_mean": 0.5}]
 
 
 def test_a_metrics_log_that_cannot_be_cut_back_is_an_error_naming_it_and_stays_whole(
