@@ -273,7 +273,8 @@ def _logits_bytes(
     arch: Architecture, options: HFPolicyOptions, tokens: int, phase: str, work: Workload
 ) -> float:
     positions = tokens * work.response_tokens / work.row_tokens
-    held = min(positions, options.logits_chunk_tokens)
+    chunk = options.logits_chunk_tokens
+    held = positions if chunk is None else min(positions, chunk)
     per_position = arch.vocab_size * (compute_bytes(options) + 4 * LOGITS_COPIES[phase])
     return held * per_position
 
@@ -426,8 +427,12 @@ def assumption_lines(work: Workload, options: Sequence[tuple[str, HFPolicyOption
         lines.append(
             f"  {name}: {opts.dtype} weights, autocast {opts.autocast}, gradient checkpointing "
             f"{'on' if opts.gradient_checkpointing else 'off'}, {batches}, generation "
-            f"{opts.generation_batch_size} rows, logits chunks of {opts.logits_chunk_tokens} "
-            "positions"
+            f"{opts.generation_batch_size} rows, "
+            + (
+                "logits of a whole micro-batch at once (logits_chunk_tokens null)"
+                if opts.logits_chunk_tokens is None
+                else f"logits chunks of {opts.logits_chunk_tokens} positions"
+            )
         )
     return lines
 

@@ -243,12 +243,13 @@ def response_logprobs(
     temperature: float,
     with_entropy: bool = True,
     share_prompts: bool = False,
-    logits_chunk_tokens: int = HFPolicyOptions.logits_chunk_tokens,
+    logits_chunk_tokens: int | None = HFPolicyOptions.logits_chunk_tokens,
 ) -> ResponseLogprobs:
     """Teacher-forced log-probs of each response token given its prompt.
 
     Differentiable when grad is enabled. Only the logits of response positions are
-    computed, and at most `logits_chunk_tokens` positions' at a time: when the rows'
+    computed, and at most `logits_chunk_tokens` positions' at a time (None: one pass):
+    when the rows'
     R + 1 positions fit in one chunk, in one pass of the model's own ops; otherwise on
     the real (unpadded) positions chunk by chunk (`policies.logprobs`), equal to the
     single pass up to float rounding. `entropy_sum` is the summed (detached) entropy of
@@ -264,7 +265,7 @@ def response_logprobs(
         prompt_ids, response_ids, pad_id, device
     )
     rows, response_len = targets.shape
-    one_chunk = rows * (response_len + 1) <= logits_chunk_tokens
+    one_chunk = logits_chunk_tokens is None or rows * (response_len + 1) <= logits_chunk_tokens
     repeats = len({tuple(ids) for ids in prompt_ids}) < len(prompt_ids)
     if share_prompts and repeats and not _checkpointing(model):
         predictors = _shared_prompt_predictors(

@@ -114,13 +114,15 @@ class HFPolicyOptions:
             )
         },
     )
-    logits_chunk_tokens: Positive = field(
-        default=4096,
+    logits_chunk_tokens: Positive | None = field(
+        default=None,
         metadata={
             "help": (
                 "the most token positions whose logits are held at once when log-probs and entropy "
-                "are computed (scoring, update, evaluation): the logits peak is bounded by this, "
-                "whatever the response length or row count"
+                "are computed (scoring, update): the logits peak is bounded by this, whatever the "
+                "response length or row count (one chunk ~4 float32 copies of [chunk, vocabulary])."
+                " null: one pass over the micro-batch, the ops every shipped result was computed "
+                "with (the paper configs set 4096)"
             )
         },
     )

@@ -56,7 +56,7 @@ class OptimStep:
     grad_clip: float
     micro_batch_size: int | None
     max_tokens_per_micro_batch: int | None = None
-    logits_chunk_tokens: int = HFPolicyOptions.logits_chunk_tokens
+    logits_chunk_tokens: int | None = HFPolicyOptions.logits_chunk_tokens
     precision: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
     reference: torch.nn.Module | None = None
 
@@ -76,7 +76,8 @@ def _pad_rows(spans: list[list[int]], results: list[torch.Tensor], width: int) -
     return torch.stack([pad(rows[j], (0, width - rows[j].shape[0])) for j in sorted(rows)])
 
 
-def _stats_as_floats(stats: dict, where: str) -> dict[str, float]:
+def stats_as_floats(stats: dict, where: str) -> dict[str, float]:
+    """A loss's stats as floats; TypeError naming `where` and the stat that is no number."""
     converted = {}
     for key, value in stats.items():
         try:
@@ -181,7 +182,7 @@ def optimise(
     fraction would not be, which is why losses report counts.
     """
     params = [p for p in model.parameters() if p.requires_grad]
-    totals: dict[str, float] = {}
+    stats: list[dict[str, float]] = []
     losses, grad_norms, entropy_sum, tokens, real, padded = [], [], 0.0, 0, 0, 0
     for number, indices in enumerate(minibatches):
         batch_sequences = [sequences[i] for i in indices]
@@ -200,10 +201,43 @@ def optimise(
         entropy_sum += result.entropy_sum
         tokens += sum(len(seq.response_token_ids) for seq in batch_sequences)
         real, padded = real + result.real_tokens, padded + result.padded_tokens
-        for key, value in _stats_as_floats(result.stats, f"minibatch {number}").items():
-            totals[key] = totals.get(key, 0.0) + value
+        stats.append(stats_as_floats(result.stats, f"minibatch {number}"))
     optimizer.zero_grad(set_to_none=True)
-    count = len(minibatches)
+    return pass_metrics(
+        losses,
+        grad_norms,
+        stats,
+        entropy_sum=entropy_sum,
+        tokens=tokens,
+        sequences=sum(len(i) for i in minibatches),
+        real=real,
+        padded=padded,
+    )
+
+
+def pass_metrics(
+    losses: Sequence[float],
+    grad_norms: Sequence[float],
+    stats: Sequence[dict[str, float]],
+    *,
+    entropy_sum: float,
+    tokens: int,
+    sequences: int,
+    real: int,
+    padded: int,
+) -> dict[str, float]:
+    """The metrics of one pass from its minibatches' losses, pre-clip grad norms and loss
+    stats (in minibatch order) and its totals: the entropy sum over response tokens,
+    response tokens, sequences, and the forwards' real tokens and padded positions.
+
+    Means over minibatches of the loss, the grad norm and every stat; `entropy` is the
+    token mean; `padding_share` the share of padded positions that hold no token.
+    """
+    totals: dict[str, float] = {}
+    for minibatch in stats:
+        for key, value in minibatch.items():
+            totals[key] = totals.get(key, 0.0) + value
+    count = len(losses)
     metrics = {f"loss_fn/{key}": value / count for key, value in totals.items()}
     metrics.update(
         loss=sum(losses) / count,
@@ -212,7 +246,7 @@ def optimise(
         entropy=entropy_sum / max(tokens, 1),
         tokens=float(tokens),
         minibatches=float(count),
-        sequences=float(sum(len(i) for i in minibatches)),
+        sequences=float(sequences),
         padding_share=1.0 - real / max(padded, 1),
     )
     return metrics

@@ -122,6 +122,32 @@ def test_no_op_holds_the_logits_of_more_positions_than_a_chunk(share):
         assert chunk > positions or seen.rows == bound
 
 
+def _vocab_rows_saved_for_backward(model, chunk: int) -> int:
+    """Vocabulary-wide rows autograd keeps alive for backward over one forward: what the
+    logits cost in memory between the forward and the backward, whatever one op holds."""
+    rows = 0
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        nonlocal rows
+        if tensor.ndim and tensor.shape[-1] == VOCAB and tensor.shape != (VOCAB, 32):
+            rows += tensor.numel() // VOCAB
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        response_logprobs(
+            model, PROMPTS, RESPONSES, pad_id=0, temperature=0.7, logits_chunk_tokens=chunk
+        )
+    return rows
+
+
+def test_the_logits_kept_for_backward_do_not_grow_with_the_positions():
+    """Chunks are recomputed in backward: between forward and backward no vocabulary-wide
+    tensor is kept (the one pass keeps several copies of every position's logits)."""
+    model = _model("qwen3_tied")
+    assert _vocab_rows_saved_for_backward(model, None) >= len(PROMPTS) * 2
+    assert _vocab_rows_saved_for_backward(model, 3) == 0
+
+
 def test_a_head_that_rescales_logits_is_refused():
     config = transformers.CohereConfig(vocab_size=VOCAB, **SMALL, **HEADS, logit_scale=0.5)
     model = transformers.AutoModelForCausalLM.from_config(config)
