@@ -41,7 +41,7 @@ from benchmarks.compare.grid import (
     slug,
 )
 from graft_env.policies.cache import WEIGHT_SUFFIXES, default_cache_dir, weights_sha256
-from graft_env.policies.zoo import REAL_NAMES, TESTBED_NAMES, TINY_NAMES
+from graft_env.policies.zoo import BUILT_NAMES, REAL_NAMES
 
 RESULT_FILE = "result.json"
 STARTED_FILE = "cell.json"
@@ -89,7 +89,7 @@ def model_identity(model: str, options: Mapping[str, Any], build: bool = False) 
     """What a model name loads: a built-in pair's build (tiny pair, testbed: its cache key
     and `@` the SHA-256 of its built weights, or `@unbuilt`; `build`: build it first), a
     real model's name, or the resolved path (`@` its weights' SHA-256 where it has any)."""
-    if model in TINY_NAMES + TESTBED_NAMES:
+    if model in BUILT_NAMES:
         from graft_env.policies.tiny.config import cache_key, pair_of
 
         config = pair_of(model)

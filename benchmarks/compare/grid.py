@@ -117,6 +117,9 @@ class ProceduralOptions:
 
     difficulty: Positive | None = field(default=None, metadata={"help": "procedural level"})
     seed: Count | None = field(default=None, metadata={"help": "generator seed"})
+    families: tuple[Text, ...] | None = field(
+        default=None, metadata={"help": "item families kept (procedural.families), e.g. [carry]"}
+    )
 
 
 @dataclass(frozen=True)

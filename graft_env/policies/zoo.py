@@ -22,6 +22,12 @@ if TYPE_CHECKING:
 
 TINY_NAMES = ("tiny-a", "tiny-b")
 TESTBED_NAMES = ("testbed-a", "testbed-b")  # tiny.config.TESTBED: the study's pair (issue 16)
+GAP_NAMES = tuple(  # tiny.config.GAP_PAIRS: the gap study's builds (issue 29)
+    f"gap-{build}-{member}"
+    for build in ("d0", "d5", "d15", "d30", "strong", "weak")
+    for member in ("a", "b")
+)
+BUILT_NAMES = TINY_NAMES + TESTBED_NAMES + GAP_NAMES  # built by tiny.build_tiny_pair
 REAL_NAMES = ("smollm2-135m", "gemma3-270m")
 
 
@@ -37,7 +43,7 @@ def model_path(
 
 def _builtin_path(name: str, cache: Path, tiny_seed: int) -> Path | None:
     """The local directory of a built-in name (building or converting it if needed)."""
-    if name in TINY_NAMES + TESTBED_NAMES:
+    if name in BUILT_NAMES:
         from graft_env.policies.tiny.build import (
             build_tiny_pair,  # heavy build code, only when needed
         )
@@ -98,7 +104,7 @@ def load_policy(
     )
     name = str(path_or_name)
     path = model_path(path_or_name, cache_dir=cache_dir, tiny_seed=tiny_seed)
-    policy_name = name if name in TINY_NAMES + TESTBED_NAMES + REAL_NAMES else None
+    policy_name = name if name in BUILT_NAMES + REAL_NAMES else None
     if vllm_options is not None:
         from graft_env.policies.vllm_policy import VLLMPolicy
 

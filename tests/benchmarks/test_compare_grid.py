@@ -49,7 +49,7 @@ def changed(path: str, value) -> dict:
         (
             "eval.procedural",
             {"level": 1},
-            r"^eval\.procedural\.level: unknown key; valid: difficulty, seed$",
+            r"^eval\.procedural\.level: unknown key; valid: difficulty, families, seed$",
         ),
         ("baseline", "GRPO n=16", r"baseline: 'GRPO n=16' is not an algorithm label"),
         ("base", "missing.yaml", r"base: run config .*missing\.yaml does not exist"),
