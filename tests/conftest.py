@@ -165,3 +165,20 @@ def live_pid():
 
     yield process.pid, kill
     kill()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Say up front when the first model test will build the tiny pair: pytest captures the
+    builder's own progress, so otherwise the run is silent for minutes."""
+    from graft_env.policies import default_cache_dir
+    from graft_env.policies.tiny import TinyPairConfig, cache_key
+    from graft_env.policies.tiny.build import COMPLETE_FILE
+
+    config = TinyPairConfig()
+    target = default_cache_dir() / f"{config.name}-{cache_key(config, 0)}"
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None and not (target / COMPLETE_FILE).is_file():
+        reporter.write_line(
+            f"the tiny pair is not built yet ({target}): the first test that needs it builds "
+            "it, about 5 min on 2 quiet cores (longer beside other work), silently"
+        )

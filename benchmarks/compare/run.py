@@ -423,7 +423,8 @@ def run_grid(
     """
     console = console or Console(stderr=True)
     out_dir = Path(out_dir)
-    cells = plan_cells(grid, out_dir)
+    # built first: a cell's hash holds its models' weights digest (model_identity)
+    cells = plan_cells(grid, out_dir, build=True)
     stale = changed_cells(cells)
     if stale and not redo_changed:
         names = ", ".join(cell.cell_id for cell in stale)

@@ -271,7 +271,11 @@ def build_tiny_pair(
     staging = root / f".{config.name}-{key}.{os.getpid()}.tmp"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
-    log(f"building {config.name} {key} (seed {seed}) in {staging}")
+    log(
+        f"building {config.name} ({', '.join(s.name for s in config.models)}; key {key}, seed "
+        f"{seed}) once into {target}: about {'5' if config.targets is None else '6-7'} min on 2 "
+        f"quiet cores with {workers or 1} worker(s), longer beside other work; later runs load it"
+    )
     started = time.perf_counter()
     training = _warm_start_all(config, seed, staging, workers, threads)
     warm_start_seconds = time.perf_counter() - started
