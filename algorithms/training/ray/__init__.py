@@ -16,10 +16,12 @@ run on GPUs and several nodes: docs/scale-out.md. Names load on first use (PEP 5
 
 Modules:
 
-cluster           connect to (or start) Ray and start one `PolicyWorker` per agent
+cluster           start one `PolicyWorker` per agent in one placement group
+connection        join (or start) the Ray cluster; model names the actors can load
 fsdp              FSDP2 on one rank: shard a transformers model, and gather it whole
 group             `GroupPolicy`: one agent as a worker group of k ranks (`ray.ranks_per_agent`)
 options           the `ray:` section of a run config
+placement         worker groups' placement groups per agent, and the placement map of a run
 policy            `RayPolicy`: the driver-side proxy of one actor
 rank              one rank of a worker group: a Ray actor in a torch.distributed group
 sharded_checkpoint  a worker group's checkpoint: DCP shards, RNG per rank, an HF export
@@ -34,7 +36,7 @@ from graft_env.lazy import lazy_exports
 
 _EXPORTS = {
     "AgentFailure": "algorithms.training.ray.policy",
-    "ClusterError": "algorithms.training.ray.cluster",
+    "ClusterError": "algorithms.training.ray.placement",
     "GroupPolicy": "algorithms.training.ray.group",
     "PendingCall": "algorithms.training.ray.policy",
     "RayOptions": "algorithms.training.ray.options",

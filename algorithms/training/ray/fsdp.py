@@ -8,6 +8,12 @@ full precision on CPU. Gradients are summed over ranks, not averaged
 have): the update back-propagates each rank's share of
 the whole minibatch's loss, so the sum is the single-process gradient.
 
+The policy's forwards run the model's body and head apart (`policies.logprobs.split_head`),
+never the root's own `forward`, so the root's FSDP hooks (lazy initialisation, unsharding
+the embeddings, final norm and head, reduce-scattering their gradients) would never run:
+`in_root(model, fn, ...)` runs `fn` inside them (`register_fsdp_forward_method`, the way
+FSDP2 wraps `generate`). Every use of a sharded model goes through it.
+
 Sampling and scoring run a different number of forwards on each rank (responses end at
 different steps), which FSDP's per-forward all-gathers cannot follow: `gathered` unshards
 every FSDP module once (one collective on every rank) and keeps it whole until it exits.
@@ -16,10 +22,19 @@ every FSDP module once (one collective on every rank) and keeps it whole until i
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import torch
-from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import (
+    FSDPModule,
+    MixedPrecisionPolicy,
+    fully_shard,
+    register_fsdp_forward_method,
+)
+
+ROOT_METHOD = "graft_in_root"
+T = TypeVar("T")
 
 
 def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
@@ -50,7 +65,19 @@ def shard(model: torch.nn.Module, device: torch.device) -> FSDPModule:
     for module in fsdp_modules(model):
         module.set_gradient_divide_factor(1.0)
         module.set_force_sum_reduction_for_comms(True)  # gloo has no PREMUL_SUM
+    setattr(model, ROOT_METHOD, _call)  # an instance attribute: called as _call(fn, ...)
+    register_fsdp_forward_method(model, ROOT_METHOD)
     return model
+
+
+def _call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    return fn(*args, **kwargs)
+
+
+def in_root(model: torch.nn.Module, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """`fn(*args, **kwargs)` as if it were the sharded `model`'s forward: inside the FSDP
+    root's pre- and post-forward hooks (root parameters unsharded, gradients reduced)."""
+    return getattr(model, ROOT_METHOD)(fn, *args, **kwargs)
 
 
 def fsdp_modules(model: torch.nn.Module) -> list[FSDPModule]:
@@ -62,9 +89,13 @@ def gathered(model: torch.nn.Module) -> Iterator[None]:
     """Every FSDP module unsharded (one all-gather each, on every rank) until exit, so
     forwards inside run no collective; resharded after."""
     modules = fsdp_modules(model)
-    for module in modules:
-        module.unshard()
-        module.set_reshard_after_forward(False, recurse=False)
+
+    def unshard_all() -> None:
+        for module in modules:
+            module.unshard()
+            module.set_reshard_after_forward(False, recurse=False)
+
+    in_root(model, unshard_all)  # the root's state initialises before any layer's
     try:
         yield
     finally:

@@ -1,11 +1,9 @@
 """`GroupPolicy`: one agent's policy as a worker group of k ranks (`ray.ranks_per_agent: k`).
 
-Each agent gets its own placement group of k bundles, one per rank
-(`{CPU: num_cpus_per_agent / k, GPU: num_gpus_per_agent / k}`, so one GPU per rank when
-`num_gpus_per_agent == k`), laid out by `ray.placement_strategy` (PACK: on one node where
-they fit). All agents' placement groups are awaited together (gang scheduling, as
-`cluster.reserve`). Rank r of an agent runs in bundle r (`rank.RankWorker`); the ranks
-form one torch.distributed group and shard the policy with FSDP2.
+Each agent gets its own placement group of k bundles, one per rank (`placement`: one GPU
+per rank when `num_gpus_per_agent == k`, PACK on one node where they fit, agents apart
+with `ray.one_agent_per_node`). Rank r of an agent runs in bundle r (`rank.RankWorker`);
+the ranks form one torch.distributed group and shard the policy with FSDP2.
 
 `GroupPolicy` speaks the Policy protocol to the loop as `RayPolicy` does: every method
 is one call on every rank at once, each with its share of the rows (`split`), and the
@@ -21,33 +19,24 @@ from typing import Any
 
 import numpy as np
 import ray
-from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
-from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 import algorithms
 from algorithms.algorithm import Algorithm
-from algorithms.training.ray.cluster import RANKS_KEY, ClusterError, connect, model_reference
+from algorithms.training.ray.connection import connect, model_reference
 from algorithms.training.ray.options import RayOptions
+from algorithms.training.ray.placement import (
+    RANKS_KEY,
+    GroupLayout,
+    rank_bundle,
+    reserve_groups,
+    start_actors,
+)
 from algorithms.training.ray.policy import ActorGroup, PendingCall, TrafficMeter, check_loss
 from algorithms.training.ray.rank import RankWorker
 from algorithms.training.ray.split import block_seed, prompt_blocks, row_chunks
 from algorithms.training.run_config import ConfigError, TrainConfig
 from graft_env.policies import Generation, LossFn, SamplingParams
 from graft_env.types import ScoredText, TrainBatch
-
-
-def rank_bundle(options: RayOptions, ranks: int) -> dict[str, float]:
-    """One rank's resources: the agent's CPUs split evenly, one GPU per rank (or none)."""
-    gpus = options.num_gpus_per_agent
-    if gpus not in (0, ranks):
-        raise ConfigError(
-            f"ray.num_gpus_per_agent is {gpus} but ray.{RANKS_KEY} is {ranks}: a worker group "
-            "runs one rank per GPU, so they must be equal (or no GPUs)"
-        )
-    bundle = {"CPU": options.num_cpus_per_agent / ranks}
-    if gpus:
-        bundle["GPU"] = 1.0
-    return bundle
 
 
 def rank_threads(options: RayOptions, ranks: int) -> int:
@@ -67,64 +56,18 @@ def check_group_agents(config: TrainConfig) -> None:
             )
 
 
-def reserve_groups(options: RayOptions, names: Sequence[str], ranks: int) -> list[PlacementGroup]:
-    """One ready placement group of `ranks` bundles per agent, or ClusterError."""
-    bundle = rank_bundle(options, ranks)
-    groups = [
-        placement_group([bundle] * ranks, strategy=options.placement_strategy, name=f"graft-{n}")
-        for n in names
-    ]
-    ready, _ = ray.wait(
-        [g.ready() for g in groups], num_returns=len(groups), timeout=options.placement_timeout_s
-    )
-    if len(ready) < len(groups):
-        for group in groups:
-            remove_placement_group(group)
-        raise ClusterError(
-            f"the Ray cluster could not place {len(names)} agent(s) x {ranks} rank(s) with "
-            f"{bundle} each (ray.placement_strategy={options.placement_strategy}) within "
-            f"ray.placement_timeout_s={options.placement_timeout_s} s; the cluster has "
-            f"{ray.cluster_resources()} in all and {ray.available_resources()} free"
-        )
-    return groups
-
-
-def start_ranks(
-    options: RayOptions, names: Sequence[str], ranks: int
-) -> tuple[dict[str, list[Any]], list[PlacementGroup]]:
-    """Each agent's `RankWorker` actors, rank r in bundle r of the agent's placement group;
-    not yet set up (`RankWorker.placement` answers at once)."""
-    groups = reserve_groups(options, names, ranks)
-    bundle = rank_bundle(options, ranks)
-    worker = ray.remote(RankWorker)
-    actors = {
-        name: [
-            worker.options(
-                num_cpus=bundle["CPU"],
-                num_gpus=bundle.get("GPU", 0),
-                scheduling_strategy=PlacementGroupSchedulingStrategy(
-                    placement_group=group, placement_group_bundle_index=rank
-                ),
-                runtime_env=dict(options.runtime_env) or None,
-                max_restarts=0,
-            ).remote(rank, ranks, rank_threads(options, ranks))
-            for rank in range(ranks)
-        ]
-        for name, group in zip(names, groups, strict=True)
-    }
-    return actors, groups
-
-
 def make_group_policies(
-    config: TrainConfig, options: RayOptions, ranks: int
+    config: TrainConfig, options: RayOptions, layout: GroupLayout
 ) -> dict[str, GroupPolicy]:
-    """Every agent as a set-up worker group of `ranks` ranks; returns their proxies."""
+    """Every agent as a set-up worker group of `layout.ranks` ranks; returns their proxies."""
     check_group_agents(config)
-    rank_bundle(options, ranks)
+    rank_bundle(options, layout.ranks)
     algorithm = algorithms.make(config.algorithm, **config.algorithm_options)
     connect(options)
     names = [agent.name for agent in config.agents]
-    actors, groups = start_ranks(options, names, ranks)
+    groups = reserve_groups(options, layout, names)
+    threads = rank_threads(options, layout.ranks)
+    actors = start_actors(options, layout, groups, names, RankWorker, threads)
     flat = {f"{name}/rank{r}": a for name, agents in actors.items() for r, a in enumerate(agents)}
     group = ActorGroup(flat, groups, options.call_timeout_s)
     inits = {n: group.get(n, "start", actors[n][0].rendezvous.remote(), None) for n in names}
@@ -268,3 +211,9 @@ class GroupPolicy:
     def state_dict(self) -> dict[str, np.ndarray]:
         """The full weights (gathered by rank 0) as numpy arrays."""
         return self._all("state_dict")[0]
+
+    def gradients(self, batch: TrainBatch) -> tuple[float, dict[str, np.ndarray]]:
+        """The grad norm and full gradients of `batch`'s first minibatch at the current
+        weights, no step taken (`RankWorker.gradients`)."""
+        ref = ray.put(batch)
+        return self._all("gradients", ref)[0]

@@ -11,7 +11,6 @@ rank at once, each with its share of the rows (`split`), and gathers the answers
 from __future__ import annotations
 
 import dataclasses
-import os
 import socket
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
@@ -27,7 +26,8 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 import algorithms
 from algorithms.training.ray import sharded_checkpoint
 from algorithms.training.ray.fsdp import gathered, shard
-from algorithms.training.ray.sharded_update import sharded_update
+from algorithms.training.ray.placement import where_placed
+from algorithms.training.ray.sharded_update import first_minibatch_gradients, sharded_update
 from graft_env.policies import Generation, HFPolicy, SamplingParams, load_policy
 from graft_env.types import ScoredText, TrainBatch
 
@@ -41,16 +41,8 @@ class RankWorker:
         self.policy: HFPolicy | None = None
 
     def placement(self) -> dict[str, Any]:
-        """Where Ray put this rank: node, GPUs, CUDA_VISIBLE_DEVICES, placement group."""
-        context = ray.get_runtime_context()
-        return {
-            "rank": self.rank,
-            "node_id": context.get_node_id(),
-            "placement_group_id": context.get_placement_group_id(),
-            "gpu_ids": [str(gpu) for gpu in ray.get_gpu_ids()],
-            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-            "resources": dict(context.get_assigned_resources()),
-        }
+        """Where Ray put this rank (`placement.where_placed`)."""
+        return where_placed(self.rank)
 
     def rendezvous(self) -> str:
         """(rank 0) A `tcp://host:port` on this node for the group's process group."""
@@ -143,3 +135,11 @@ class RankWorker:
             self.policy.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
         )
         return {key: t.float().numpy().copy() for key, t in full.items()} if self.rank == 0 else {}
+
+    def gradients(self, batch: TrainBatch) -> tuple[float, dict[str, np.ndarray]]:
+        """(rank 0) the grad norm and full gradients of `batch`'s first minibatch, no step
+        taken (`sharded_update.first_minibatch_gradients`); (norm, {}) on other ranks."""
+        norm, full = first_minibatch_gradients(self.policy, batch, self.algorithm.loss)
+        if self.rank != 0:
+            return norm, {}
+        return norm, {name: t.float().cpu().numpy() for name, t in full.items()}

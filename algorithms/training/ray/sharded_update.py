@@ -1,7 +1,15 @@
 """One optimisation pass of a worker-group rank: the rank's rows, the whole minibatch's loss.
 
-Each minibatch's micro-batches are dealt out over the ranks (`split.rank_spans`). Per
-minibatch, every rank:
+Each minibatch's micro-batches (`policies.micro_batches`: `micro_batch_size` rows, or rows
+grouped by length under `max_tokens_per_micro_batch`, as one process forms them) are
+dealt out over the ranks (`split.rank_spans`). Every forward computes log-probs
+`logits_chunk_tokens` positions at a time and runs inside the FSDP root's hooks
+(`fsdp.in_root`), and runs the model's body exactly once: every rank must run as many
+layer forwards (each one all-gathers the layer's shards), and sharing a repeated prompt
+(`forward.response_logprobs(share_prompts=True)`) adds a prefill forward only where a
+micro-batch happens to repeat a prompt (so it is off here, as under gradient
+checkpointing locally; a gloo size mismatch and an aborted rank otherwise). Per minibatch,
+every rank:
 
 1. runs a no-grad forward of its micro-batches, and the ranks all-gather the log-probs
    into the minibatch's whole [B, T] `new_logp` (and `ref_logp` for a KL loss);
@@ -16,8 +24,8 @@ minibatch, every rank:
    steps its AdamW shard.
 
 This is `policies.training`'s micro-batched pass with the ranks in place of micro-batches
-(one extra forward per minibatch, as there). The metrics are `optimise`'s, with the
-entropy and padding counts summed over ranks.
+(one extra forward per minibatch, as there). The metrics are `policies.training.pass_metrics`,
+with the entropy and padding counts summed over ranks.
 """
 
 from __future__ import annotations
@@ -29,12 +37,14 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
-from algorithms.training.ray.split import fixed_spans, padded_positions, rank_spans
+from algorithms.training.ray.fsdp import in_root
+from algorithms.training.ray.split import rank_spans
 from graft_env.policies import HFPolicy, LossFn
 from graft_env.policies.forward import response_logprobs
+from graft_env.policies.micro_batches import micro_batches, token_counts
 from graft_env.policies.precision import half_precision_training_error
-from graft_env.policies.training import wants_reference
-from graft_env.types import TrainBatch
+from graft_env.policies.training import pass_metrics, stats_as_floats, wants_reference
+from graft_env.types import TrainBatch, TrainSequence
 
 
 def gather_rows(
@@ -61,40 +71,50 @@ def gather_rows(
     return full
 
 
+def _encode_prompts(policy: HFPolicy, batch: TrainBatch) -> dict[int, list[int]]:
+    indices = sorted({seq.prompt_index for seq in batch.sequences})
+    return {index: policy.encode_prompt(batch.prompts[index]) for index in indices}
+
+
 def _minibatch(
     policy: HFPolicy,
-    prompts: list[list[int]],
-    responses: list[list[int]],
-    sequences: Sequence,
+    encoded: dict[int, list[int]],
+    sequences: Sequence[TrainSequence],
     loss_fn: LossFn,
     where: str,
 ) -> dict:
     """One minibatch's gradients on this rank; returns the loss, its stats and the
-    rank-local entropy sum and token counts."""
+    rank-local entropy sum, real tokens and padded positions."""
     options, model = policy.options, policy.model
+    prompts = [encoded[seq.prompt_index] for seq in sequences]
+    responses = [list(seq.response_token_ids) for seq in sequences]
     prompt_lens, response_lens = [len(p) for p in prompts], [len(r) for r in responses]
-    if options.max_tokens_per_micro_batch is not None:
-        raise ValueError(
-            f"{where}: a worker group forms micro-batches by micro_batch_size only so far; "
-            "max_tokens_per_micro_batch is set"
-        )
-    spans = rank_spans(
-        fixed_spans(len(responses), options.micro_batch_size), dist.get_world_size(), where
+    local_spans = micro_batches(
+        prompt_lens,
+        response_lens,
+        size=options.micro_batch_size,
+        budget=options.max_tokens_per_micro_batch,
+        where=where,
     )
+    spans = rank_spans(local_spans, dist.get_world_size(), where)
     mine = spans[dist.get_rank()]
     width = max(response_lens)
 
     def forward(module: torch.nn.Module, span: list[int], entropy: bool):
-        with policy.compute_precision():
-            return response_logprobs(
-                module,
-                [prompts[j] for j in span],
-                [responses[j] for j in span],
-                pad_id=policy.pad_id,
-                temperature=policy.temperature,
-                with_entropy=entropy,
-                share_prompts=True,
-            )
+        def run():
+            with policy.compute_precision():
+                return response_logprobs(
+                    module,
+                    [prompts[j] for j in span],
+                    [responses[j] for j in span],
+                    pad_id=policy.pad_id,
+                    temperature=policy.temperature,
+                    with_entropy=entropy,
+                    share_prompts=False,  # module docstring: one body forward per span
+                    logits_chunk_tokens=options.logits_chunk_tokens,
+                )
+
+        return in_root(model, run) if module is model else run()
 
     def all_logprobs(module: torch.nn.Module) -> torch.Tensor:
         with torch.no_grad():
@@ -114,9 +134,12 @@ def _minibatch(
         rows = torch.tensor(span, device=upstream.device)
         result.logprobs.backward(upstream[rows, : result.logprobs.shape[1]])
         entropy_sum += result.entropy_sum
-    real = sum(prompt_lens[j] + response_lens[j] for span in mine for j in span)
-    padded = sum(padded_positions(span, prompt_lens, response_lens) for span in mine)
-    return {"loss": float(loss.detach()), "stats": stats, "local": (entropy_sum, real, padded)}
+    real, padded = token_counts(mine, prompt_lens, response_lens)
+    return {
+        "loss": float(loss.detach()),
+        "stats": stats_as_floats(stats, where),
+        "local": (entropy_sum, real, padded),
+    }
 
 
 def _grad_norm(params: list[torch.nn.Parameter], clip: float) -> float:
@@ -130,12 +153,9 @@ def sharded_update(policy: HFPolicy, batch: TrainBatch, loss_fn: LossFn) -> dict
     error = half_precision_training_error(policy.options.dtype, policy.options.lr)
     if error:
         raise ValueError(f"{policy.name}: options {error}")
-    encoded = {
-        index: policy.encode_prompt(batch.prompts[index])
-        for index in sorted({seq.prompt_index for seq in batch.sequences})
-    }
+    encoded = _encode_prompts(policy, batch)
     params = [p for p in policy.model.parameters() if p.requires_grad]
-    losses, norms, totals = [], [], {}
+    losses, norms, stats = [], [], []
     local = torch.zeros(3, dtype=torch.float64, device=policy.device)
     tokens = sequences_count = 0
     policy.model.train(policy.options.gradient_checkpointing)  # checkpointing needs train mode
@@ -144,14 +164,7 @@ def sharded_update(policy: HFPolicy, batch: TrainBatch, loss_fn: LossFn) -> dict
             where = f"{policy.name}: minibatch {number} of agent {batch.agent!r}"
             sequences = [batch.sequences[i] for i in indices]
             policy.optimizer.zero_grad(set_to_none=True)
-            result = _minibatch(
-                policy,
-                [encoded[seq.prompt_index] for seq in sequences],
-                [list(seq.response_token_ids) for seq in sequences],
-                sequences,
-                loss_fn,
-                where,
-            )
+            result = _minibatch(policy, encoded, sequences, loss_fn, where)
             if not math.isfinite(result["loss"]):
                 raise FloatingPointError(f"{where}: loss is {result['loss']}; no step taken")
             norm = _grad_norm(params, policy.options.grad_clip)
@@ -160,27 +173,47 @@ def sharded_update(policy: HFPolicy, batch: TrainBatch, loss_fn: LossFn) -> dict
             policy.optimizer.step()
             losses.append(result["loss"])
             norms.append(norm)
+            stats.append(result["stats"])
             local += torch.tensor(result["local"], dtype=torch.float64, device=policy.device)
             tokens += sum(len(seq.response_token_ids) for seq in sequences)
             sequences_count += len(sequences)
-            for key, value in result["stats"].items():
-                totals[key] = totals.get(key, 0.0) + float(value)
     finally:
         policy.model.eval()
     policy.optimizer.zero_grad(set_to_none=True)
     dist.all_reduce(local)  # gloo and nccl both reduce float64 sums
     entropy_sum, real, padded = local.tolist()
-    count = len(batch.minibatches)
-    metrics = {f"loss_fn/{key}": value / count for key, value in totals.items()}
-    metrics.update(
-        loss=sum(losses) / count,
-        grad_norm=sum(norms) / count,
-        grad_norm_max=max(norms),
-        entropy=entropy_sum / max(tokens, 1),
-        tokens=float(tokens),
-        minibatches=float(count),
-        sequences=float(sequences_count),
-        padding_share=1.0 - real / max(padded, 1),
-        lr=float(policy.optimizer.param_groups[0]["lr"]),
+    metrics = pass_metrics(
+        losses,
+        norms,
+        stats,
+        entropy_sum=entropy_sum,
+        tokens=tokens,
+        sequences=sequences_count,
+        real=int(real),
+        padded=int(padded),
     )
+    metrics["lr"] = float(policy.optimizer.param_groups[0]["lr"])
     return metrics
+
+
+def first_minibatch_gradients(
+    policy: HFPolicy, batch: TrainBatch, loss_fn: LossFn
+) -> tuple[float, dict[str, torch.Tensor]]:
+    """(pre-clip grad norm, full gradient per parameter name) of `batch`'s first minibatch
+    at the current weights, on every rank; no step is taken and the gradients are cleared.
+    For checking that k ranks compute the single-process gradient (the tests)."""
+    sequences = [batch.sequences[i] for i in batch.minibatches[0]]
+    policy.optimizer.zero_grad(set_to_none=True)
+    policy.model.train(policy.options.gradient_checkpointing)
+    try:
+        _minibatch(policy, _encode_prompts(policy, batch), sequences, loss_fn, "gradients")
+    finally:
+        policy.model.eval()
+    named = [(name, p) for name, p in policy.model.named_parameters() if p.grad is not None]
+    norm = _grad_norm([p for _, p in named], math.inf)  # an infinite clip leaves them as they are
+    full = {
+        name: (p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad).detach().clone()
+        for name, p in named
+    }
+    policy.optimizer.zero_grad(set_to_none=True)
+    return norm, full

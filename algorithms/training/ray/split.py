@@ -4,10 +4,12 @@
   seed `block_seed(seed, b)` by rank `b % world`. The blocks and their seeds do not depend
   on the number of ranks, so 1 and k ranks sample the same responses.
 - `score`: contiguous row chunks, one per rank, sizes differing by at most one.
-- `update`: the minibatch's micro-batches (`fixed_spans`: `micro_batch_size` consecutive
-  rows, as one process forms them) are split further until their number is a multiple of
-  the ranks, then dealt out round-robin: every rank runs the same number of forwards, as
-  FSDP's collectives need.
+- `update`: the minibatch's micro-batches (`policies.micro_batches`, as one process forms
+  them: `micro_batch_size` consecutive rows or rows grouped by length under a token
+  budget) are split further until their number is a multiple of the ranks, then dealt out
+  round-robin: every rank runs the same number of forwards, as FSDP's collectives need.
+  Halving a micro-batch keeps it within the token budget; the rare merge (too few rows,
+  below) can exceed it.
 """
 
 from __future__ import annotations
@@ -37,21 +39,6 @@ def row_chunks(rows: int, world: int) -> list[range]:
     base, extra = divmod(rows, world)
     bounds = np.cumsum([0] + [base + (r < extra) for r in range(world)])
     return [range(int(lo), int(hi)) for lo, hi in itertools.pairwise(bounds)]
-
-
-def fixed_spans(rows: int, size: int | None) -> list[list[int]]:
-    """Consecutive runs of `size` row positions (None: one run of all `rows`)."""
-    step = size or max(rows, 1)
-    return [list(range(start, min(start + step, rows))) for start in range(0, rows, step)]
-
-
-def padded_positions(
-    span: Sequence[int], prompt_lens: Sequence[int], response_lens: Sequence[int]
-) -> int:
-    """Token positions of one forward over `span`'s rows: rows x (longest prompt +
-    longest response)."""
-    longest_prompt = max(prompt_lens[j] for j in span)
-    return len(span) * (longest_prompt + max(response_lens[j] for j in span))
 
 
 def rank_spans(spans: Sequence[Sequence[int]], world: int, where: str) -> list[list[list[int]]]:

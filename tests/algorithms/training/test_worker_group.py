@@ -17,14 +17,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from run_configs import small_config
 
-from algorithms.training.ray.split import (
-    block_seed,
-    fixed_spans,
-    prompt_blocks,
-    rank_spans,
-    row_chunks,
-)
+from algorithms.training.ray.split import block_seed, prompt_blocks, rank_spans, row_chunks
 from algorithms.training.run_config import AgentSpec
+from graft_env.policies.micro_batches import fixed_size, padded_size, token_budget
+from graft_env.types import TrainBatch, TrainSequence
 
 # every metric but timings and padding_share (1 and 2 ranks run different forwards)
 UNCOMPARED = ("time/", "padding_share")
@@ -49,7 +45,7 @@ def test_prompt_blocks_and_their_seeds_do_not_depend_on_the_ranks(prompts, per_b
 
 @given(st.integers(1, 40), st.sampled_from([None, 1, 2, 3, 5]), st.integers(1, 5))
 def test_rank_spans_give_every_rank_as_many_micro_batches_and_every_row_once(rows, size, world):
-    spans = fixed_spans(rows, size)
+    spans = fixed_size(rows, size)
     if rows < world:
         with pytest.raises(ValueError, match=f"minibatch 0: {rows} row"):
             rank_spans(spans, world, "minibatch 0")
@@ -62,7 +58,31 @@ def test_rank_spans_give_every_rank_as_many_micro_batches_and_every_row_once(row
         assert all(len(span) == size for mine in per_rank for span in mine)
 
 
-def group_config(run_dir: Path, paths, ranks: int, steps: int):
+# the 2-rank runs form micro-batches by token budget and compute log-probs 64 positions at
+# a time (rows are ~90 prompt + <= 64 response tokens); the 1-rank run by rows, in one pass
+TWO_RANK_OPTIONS = {"max_tokens_per_micro_batch": 400, "logits_chunk_tokens": 64}
+
+
+@given(
+    st.lists(st.tuples(st.integers(1, 30), st.integers(1, 30)), min_size=1, max_size=40),
+    st.integers(60, 200),
+    st.integers(1, 4),
+)
+def test_rank_spans_of_token_budget_micro_batches_keep_the_budget(lengths, budget, world):
+    prompts, responses = [p for p, _ in lengths], [r for _, r in lengths]
+    spans = token_budget(prompts, responses, budget, "minibatch 0")
+    if len(lengths) < world:
+        return
+    per_rank = rank_spans(spans, world, "minibatch 0")
+    assert sorted(j for mine in per_rank for span in mine for j in span) == list(
+        range(len(lengths))
+    )
+    if len(spans) <= len(lengths) // world * world:  # no merge needed: only halving
+        for span in (span for mine in per_rank for span in mine):
+            assert padded_size(span, prompts, responses) <= budget
+
+
+def group_config(run_dir: Path, paths, ranks: int, steps: int, options=None):
     config = small_config(
         run_dir,
         "graft",
@@ -76,9 +96,26 @@ def group_config(run_dir: Path, paths, ranks: int, steps: int):
             "placement_timeout_s": 60,
         },
     )
-    options = {"lr": 1e-3, "generation_batch_size": 8}
+    options = {"lr": 1e-3, "generation_batch_size": 8, **(options or {})}
     agents = tuple(AgentSpec(a.name, str(paths[a.name]), options) for a in config.agents)
     return dataclasses.replace(config, agents=agents)
+
+
+def probe_batch(agent: str) -> TrainBatch:
+    """A fixed minibatch of 10 rows over 3 prompts, responses of 3-40 tokens."""
+    rng = np.random.default_rng(7)
+    prompts = ["What is 2 + 3?", "What is 17 - 9?", "Compute 6 * 7."]
+    lengths = rng.integers(3, 41, 10)
+    sequences = [
+        TrainSequence(
+            prompt_index=j % 3,
+            response_token_ids=rng.integers(5, 60, int(length)).tolist(),
+            old_logprobs=np.full(int(length), -3.0, dtype=np.float32),
+            advantage=float(rng.choice([-1.0, 1.0])),
+        )
+        for j, length in enumerate(lengths)
+    ]
+    return TrainBatch(agent, prompts, sequences, [list(range(10))])
 
 
 @dataclasses.dataclass
@@ -86,19 +123,28 @@ class Run:
     rows: list
     weights: dict
     placement: dict
+    gradients: dict
+    ran: list  # the steps this Trainer ran (a resumed one: those after its checkpoint)
 
 
-def train(config, on_step=None) -> Run:
+def train(config, probe: bool = False) -> Run:
+    """Train `config` to its end; with `probe`, first the gradients of `probe_batch` at
+    the initial weights (no step taken)."""
     from algorithms.training.loop import Trainer
 
     trainer = Trainer(config)
-    rows = trainer.train(on_step=on_step)
+    policies = trainer.policies
+    gradients = {n: p.gradients(probe_batch(n)) for n, p in policies.items()} if probe else {}
+    ran = []
+    rows = trainer.train(on_step=lambda record: ran.append(record.step))
     run = Run(
         rows,
-        {name: p.state_dict() for name, p in trainer.policies.items()},
-        {name: p.placement for name, p in trainer.policies.items()},
+        {name: p.state_dict() for name, p in policies.items()},
+        {name: p.placement for name, p in policies.items()},
+        gradients,
+        ran,
     )
-    for policy in trainer.policies.values():
+    for policy in policies.values():
         policy.group.shutdown()
     return run
 
@@ -110,9 +156,9 @@ def scenario(tmp_path_factory, tiny_pair_paths):
     from algorithms.training.ray import AgentFailure
 
     root = tmp_path_factory.mktemp("group")
-    one = train(group_config(root / "one", tiny_pair_paths, 1, 3))
-    two = train(group_config(root / "two", tiny_pair_paths, 2, 3))
-    resumed_config = group_config(root / "resumed", tiny_pair_paths, 2, 3)
+    one = train(group_config(root / "one", tiny_pair_paths, 1, 3), probe=True)
+    two = train(group_config(root / "two", tiny_pair_paths, 2, 3, TWO_RANK_OPTIONS), probe=True)
+    resumed_config = group_config(root / "resumed", tiny_pair_paths, 2, 3, TWO_RANK_OPTIONS)
     from algorithms.training.loop import Trainer
 
     first = Trainer(resumed_config)
@@ -146,12 +192,31 @@ def test_two_ranks_give_the_metrics_of_one_rank(scenario):
 
 
 @pytest.mark.slow
+def test_two_ranks_give_the_gradients_of_one_rank(scenario):
+    """Before any optimiser step, on one fixed minibatch: 2 ranks (token-budget micro-batches
+    dealt over the ranks, chunked log-probs) sum to the gradient of 1 rank (one pass)."""
+    for agent, (norm, gradients) in scenario["one"].gradients.items():
+        two_norm, two = scenario["two"].gradients[agent]
+        assert two_norm == pytest.approx(norm, rel=1e-5)
+        assert sorted(two) == sorted(gradients) and gradients
+        worst = 0.0
+        for key, value in gradients.items():
+            scale = float(np.abs(value).max())
+            assert scale > 0, (agent, key)
+            worst = max(worst, float(np.abs(two[key] - value).max()) / scale)
+            assert np.abs(two[key] - value).max() <= 1e-5 * scale, (agent, key)
+        print(f"{agent}: grad norm {norm:.6g} vs {two_norm:.6g}; max diff / max grad {worst:.2e}")
+
+
+@pytest.mark.slow
 def test_two_ranks_give_the_weights_of_one_rank(scenario):
     """Adam divides by sqrt(v): where a gradient is ~0, float-order noise moves a weight by
     up to lr per step, so the test bounds each tensor's change, not single elements."""
     one, two = scenario["one"].weights, scenario["two"].weights
     for agent, weights in one.items():
         assert sorted(two[agent]) == sorted(weights)
+        worst = max(float(np.abs(two[agent][k] - v).max()) for k, v in weights.items())
+        print(f"{agent}: weights max |diff| {worst:.2e}")
         for key, value in weights.items():
             difference = np.abs(two[agent][key] - value)
             assert np.median(difference) <= 1e-5, (agent, key)
@@ -164,6 +229,7 @@ def test_a_killed_rank_stops_the_run_and_the_resumed_run_is_exact(scenario):
     # whichever rank answers first names the cause: the dead actor, or its peer's gloo error
     assert failure.agent == "tiny-b" and failure.method == "generate"
     two, resumed = scenario["two"], scenario["resumed"]
+    assert resumed.ran == [2], "resumed from the checkpoint after step 1, not from scratch"
     assert comparable(resumed.rows) == comparable(two.rows)[-len(resumed.rows) :]
     for agent, weights in two.weights.items():
         for key, value in weights.items():
