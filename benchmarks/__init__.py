@@ -14,7 +14,7 @@ the OpenMP defaults (one thread, passive waiting) are set, before any script imp
 Modules:
 
 cli               the `graft` command line: one entry point, one subcommand per job
-commands/         the subcommands: `graft X` is `commands/X.py`
+commands/         the job subcommands: `graft X` is `commands/X.py` (config, data: in cli)
 compare/          comparison grids behind `graft compare`: grid, cells, claims, reports, plots
 perf/             the measurement scripts behind the README's performance figures
 study/            the pre-registered studies' reports: statistics, plots, verdicts

@@ -5,9 +5,8 @@ holds every stored group of any number of sources (runs of this project, `build_
 files of rollouts from elsewhere, `import_rollouts`) keyed by the content hash of the
 problem text, so a receiver on its own data order looks up each all-fail prompt and
 applies graft-stored's gate, weights and update to what it finds (`graft-library`, run
-config `library:`; `algorithms.library.source`). Files: `format` (the Parquet dataset and
-its checks), `build`, `importers`, `source` (the receiver's side), `staleness` (the ages
-of used groups), `command` (`graft library`).
+config `library:`; `algorithms.library.source`; the command is `graft library`,
+`benchmarks.commands.library`).
 
     from algorithms.library import build_library, read_library
     build_library(["runs/peer-seed0", "runs/peer-seed1"], "runs/lib")

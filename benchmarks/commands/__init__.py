@@ -1,4 +1,5 @@
-"""The `graft` subcommands, one module each: `graft X` runs `benchmarks.commands.X`.
+"""The `graft` job subcommands, one module each: `graft X` runs `benchmarks.commands.X`
+(`graft config` and `graft data` are small enough to live in `benchmarks.cli`).
 Each has `add_parser(subparsers)`; `benchmarks.cli` imports only the one named.
 
 Modules:

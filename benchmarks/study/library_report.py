@@ -6,7 +6,7 @@
 Per model: each row's mean average pass@1 with its interval, L1 (the library row − the
 grid's baseline, GRPO n=8: superiority) and L2 (the library row − the step-aligned stored
 row: non-inferiority by 1 point) with the study's paired two-level bootstrap
-(`study_stats`); the rows are found by what they read (`library_from`, `stored_peer_from`),
+(`study.stats`); the rows are found by what they read (`library_from`, `stored_peer_from`),
 not by their labels. Then the funnel of both stored variants
 from the runs' metrics: how many all-fail prompts the library finds, can rescue and rescues
 per step, beside what the step-aligned replay transfers, and the admitted share by age.

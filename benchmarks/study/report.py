@@ -99,7 +99,7 @@ FAMILIES = {
     "GRAFT controls": (GRPO8, GRAFT, NO_COMPAT, NO_FLOOR, NO_BALANCE),
     "stored peer": (GRPO8, GRAFT, STORED),
 }
-STYLES = {  # colour, line style, marker (`study_plots.Style`)
+STYLES = {  # colour, line style, marker (`study.plots.Style`)
     GRPO8: ("black", "-", "o"),
     GRPO32: ("tab:blue", "--", "s"),
     GRAFT: ("tab:red", "-", "^"),
@@ -217,7 +217,7 @@ def hypothesis_results(
 def study_table(
     records: Sequence[Record], labels: Sequence[str], baseline: str, **bootstrap: int
 ) -> list[Record]:
-    """`compare_report.table_rows` (per-set means, weak skills, rescue share) with each
+    """`compare.report.table_rows` (per-set means, weak skills, rescue share) with each
     row's 95 % interval of the mean average pass@1 and its paired Δ vs `baseline`."""
     rows = table_rows(records, baseline, labels)
     for row in rows:
@@ -621,7 +621,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         runs = Path(args.runs) if args.runs else Path("runs") / "compare" / grid.name
         report = analyse(grid, runs, resamples=args.resamples, seed=args.bootstrap_seed)
     except GridError as error:
-        print(f"study_report: {error}", file=sys.stderr)
+        print(f"benchmarks.study.report: {error}", file=sys.stderr)
         return 2
     paths = write_report(report, args.out)
     for entry in report["hypotheses"]:

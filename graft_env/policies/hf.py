@@ -6,7 +6,7 @@ log-probs must be the ones the training forward computes: same temperature, same
 float32 log-softmax, same padding and position ids. `benchmarks/perf/policy_throughput.py`
 measures what that costs against `model.generate`.
 
-Dropout is switched off at load time (see `hf_options`). Every random draw comes from
+Dropout is switched off at load time (see `policies.loading`). Every random draw comes from
 `SamplingParams.seed`, so a policy has no hidden RNG state to checkpoint.
 """
 

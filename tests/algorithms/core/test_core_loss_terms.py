@@ -9,7 +9,7 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-from test_core_losses import EPS_HIGH, EPS_LOW, SETTINGS, Batch, batches, surrogate
+from loss_batches import EPS_HIGH, EPS_LOW, SETTINGS, Batch, batches, surrogate
 
 from algorithms.core import (
     agg_loss,
