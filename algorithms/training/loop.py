@@ -109,7 +109,7 @@ class Trainer:
         self.step = 0
         self.peer = config.stored_peer
         stored_source = self.peer is not None or config.library is not None
-        if self.algorithm.config.exchange != "none" and len(names) + stored_source < 2:
+        if self.algorithm.strategy.moves_groups and len(names) + stored_source < 2:
             # GRAFT-SPEC §8: with N = 1 every strategy transfers nothing (graft is then GRPO).
             log.info("%r has one agent: no exchange can happen", self.algorithm.name)
         env_agents = [*names, *([self.peer.agent] if self.peer else [])]

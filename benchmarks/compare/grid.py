@@ -35,6 +35,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, ConfigDict, Field
 
 import algorithms
+from algorithms.exchange import make_strategy
 from algorithms.storage.yaml_schema import (
     ConfigError,
     Count,
@@ -309,7 +310,7 @@ def _entry(
         label=item.label or item.name,
         options=dict(item.options),
         stored_peer_from=item.stored_peer_from,
-        single_agent=config.exchange == "none" or config.stored,
+        single_agent=not make_strategy(config).moves_groups or config.stored,
         library_from=item.library_from,
         library_runs=runs,
     )
