@@ -4,8 +4,9 @@ The tiny pair (by default) is trained with `ray.ranks_per_agent: 1` and `2` in
 alternating runs (1, 2, 1, 2, ...), one torch thread per rank, so drift of a shared
 machine hits both alike. Step 0 of every run is warm-up and left out; the report gives
 the median seconds of a step and of each loop phase (rollout, update, ...), and the
-ratio 2 ranks / 1 rank, with the range over runs. What is inside a phase (collectives,
-all-gathers of log-probs, object-store copies) is not split further here.
+ratio 2 ranks / 1 rank, with the range over runs, and the machine's 1-minute load average
+before and after (a shared machine's load moves the numbers). What is inside a phase
+(collectives, all-gathers of log-probs, object-store copies) is not split further here.
 
     python -m benchmarks.perf.worker_group [--pairs 2] [--steps 3] [--batch-size 8]
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
 from pathlib import Path
@@ -68,6 +70,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--json", type=Path, default=None, help="write the summary here")
     args = parser.parse_args(argv)
     models = build_tiny_pair(None, 0)
+    load_before = os.getloadavg()[0]
     medians: dict[int, list[dict[str, float]]] = {1: [], 2: []}
     with tempfile.TemporaryDirectory() as root:
         for pair in range(args.pairs):
@@ -80,6 +83,7 @@ def main(argv: list[str] | None = None) -> dict:
         "ranks_2": medians[2],
         "ratio_step": statistics.median(ratios),
         "ratio_range": [min(ratios), max(ratios)],
+        "load_average_1min": [load_before, os.getloadavg()[0]],
     }
     for phase in medians[1][0]:
         one = statistics.median(m[phase] for m in medians[1])
@@ -87,7 +91,8 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"{phase:>24}: 1 rank {one:7.3f} s   2 ranks {two:7.3f} s")
     print(
         f"step ratio 2/1 ranks: {summary['ratio_step']:.2f} (range {min(ratios):.2f}-"
-        f"{max(ratios):.2f} over {args.pairs} pair(s))"
+        f"{max(ratios):.2f} over {args.pairs} pair(s)); 1-min load average "
+        f"{load_before:.1f} before, {os.getloadavg()[0]:.1f} after"
     )
     if args.json is not None:
         args.json.write_text(json.dumps(summary, indent=2))
