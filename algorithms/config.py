@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
@@ -193,8 +194,12 @@ class AlgorithmConfig:
         return object.__new__(merged_class() if cls is AlgorithmConfig else cls)
 
     def __reduce__(self) -> tuple[Any, tuple[dict[str, Any]]]:
-        """Pickled as its options: the merged class is rebuilt where it is unpickled."""
-        return _from_options, ({f.name: getattr(self, f.name) for f in dataclasses.fields(self)},)
+        """Pickled as its options, rebuilt by `algorithms.exchange.base.rebuild_config`, so
+        unpickling imports algorithms.exchange (the built-in strategies the merged class needs)
+        even in a fresh interpreter. Found in sys.modules: no config exists before that module
+        registers a strategy (`merged_class`), and this layer does not import it."""
+        rebuild = sys.modules["algorithms.exchange.base"].rebuild_config
+        return rebuild, ({f.name: getattr(self, f.name) for f in dataclasses.fields(self)},)
 
     def validate(self, where: str = WHERE) -> AlgorithmConfig:
         """Raise `OptionError` (a ValueError) naming the first bad option and what it accepts,
@@ -221,10 +226,6 @@ class AlgorithmConfig:
     def describe(self) -> dict[str, str]:
         """Field name -> help text, for documentation and CLI help."""
         return {spec.name: spec.metadata["help"] for spec in dataclasses.fields(self)}
-
-
-def _from_options(values: dict[str, Any]) -> AlgorithmConfig:
-    return AlgorithmConfig(**values)
 
 
 def add_strategy(name: str, options: type | None, check: StrategyCheck) -> None:

@@ -182,6 +182,12 @@ def register_strategy(name: str) -> Callable[[type[ExchangeStrategy]], type[Exch
     return add
 
 
+def rebuild_config(values: Mapping[str, Any]) -> AlgorithmConfig:
+    """The config pickled as `values` (`AlgorithmConfig.__reduce__`): unpickling imports this
+    module, and with it algorithms.exchange's built-in strategies."""
+    return AlgorithmConfig(**values)
+
+
 def _options_of_others(name: str) -> list[tuple[str, type]]:
     """(strategy, options dataclass) of every registered strategy but `name`."""
     return [

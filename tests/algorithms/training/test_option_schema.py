@@ -9,6 +9,8 @@ import ast
 import dataclasses
 import pickle
 import re
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -232,6 +234,18 @@ def test_no_check_names_a_strategy_by_string():
             hits = _compared_names(path, names)
             offenders += [f"{relative}:{h}" for h in hits if not h.endswith(f": {allowed}")]
     assert not offenders, offenders
+
+
+def test_a_pickled_config_loads_in_a_fresh_interpreter(tmp_path):
+    """Unpickling imports what rebuilds the merged class (the registered strategies), so a
+    config sent to another process (Ray, multiprocessing) loads there with nothing imported."""
+    config = algorithms.configure("graft", delta=0.25)
+    path = tmp_path / "config.pkl"
+    path.write_bytes(pickle.dumps(config))
+    load = f"import pickle, sys; c = pickle.load(open({str(path)!r}, 'rb')); print(repr(c))"
+    done = subprocess.run([sys.executable, "-c", load], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == repr(config)
 
 
 # --- properties -------------------------------------------------------------------------------
