@@ -5,32 +5,40 @@ from __future__ import annotations
 import numpy as np
 import pyarrow.dataset as ds
 import pytest
+from cut_cap import seed_and_cap
 from run_configs import small_config
 
 from algorithms.storage.store import StoreError
 from algorithms.training.loop import Trainer
+from algorithms.training.step import StepRecord
 
 
 def test_stored_replay_reproduces_the_live_selection_and_endings(tmp_path, fresh_policies):
     # Live one-way-comparable run: no balancing and graft-stored's candidates (Eq.4), so
     # its a->b selection is all of C_{a->b}. tiny-b is listed first so it samples with the
-    # same seed as when it trains alone; max_new_tokens=22 cuts some responses, whose
-    # finish reasons must survive the store (seed 1: a moved group has both endings).
-    stream = {"seed": 1, "sampling": {"max_new_tokens": 22}}
-    live = Trainer(
-        small_config(
-            tmp_path / "live",
-            "graft-no-balance",
-            ("tiny-b", "tiny-a"),
-            steps=1,
-            options={"candidates": "informative"},
-            **stream,
-        ),
-        policies=fresh_policies("tiny-b", "tiny-a"),
-    )
-    live.open()
-    live_record = live.run_step()
-    table = ds.dataset(tmp_path / "live" / "trajectories", format="parquet").to_table()
+    # same seed as when it trains alone. The seed and cap come from the pair's own samples
+    # (`cut_cap`): some a->b responses are cut, some end, and their finish reasons must
+    # survive the store.
+    def live_step(seed: int, cap: int) -> StepRecord:
+        trainer = Trainer(
+            small_config(
+                tmp_path / f"live-seed{seed}-cap{cap}",
+                "graft-no-balance",
+                ("tiny-b", "tiny-a"),
+                steps=1,
+                options={"candidates": "informative"},
+                seed=seed,
+                sampling={"max_new_tokens": cap},
+            ),
+            policies=fresh_policies("tiny-b", "tiny-a"),
+        )
+        trainer.open()
+        return trainer.run_step()
+
+    seed, cap = seed_and_cap(live_step, ("tiny-b",))
+    live_record = live_step(seed, cap)
+    live_dir = tmp_path / f"live-seed{seed}-cap{cap}"
+    table = ds.dataset(live_dir / "trajectories", format="parquet").to_table()
     assert table.num_rows == 2 * 6 * 4
 
     stored = Trainer(
@@ -39,8 +47,9 @@ def test_stored_replay_reproduces_the_live_selection_and_endings(tmp_path, fresh
             "graft-stored",
             agents=("tiny-b",),
             steps=1,
-            stored_peer={"run_dir": str(tmp_path / "live"), "agent": "tiny-a"},
-            **stream,
+            seed=seed,
+            sampling={"max_new_tokens": cap},
+            stored_peer={"run_dir": str(live_dir), "agent": "tiny-a"},
         ),
         policies=fresh_policies("tiny-b"),
     )
@@ -63,7 +72,7 @@ def test_stored_replay_reproduces_the_live_selection_and_endings(tmp_path, fresh
         for g in stored_record.transfers["tiny-b"]
         for i in g.response_indices
     ]
-    assert "length" in moved and "stop" in moved, moved
+    assert "length" in moved and "stop" in moved, (seed, cap, moved)
     assert selection(stored_record) == selection(live_record)
 
 
