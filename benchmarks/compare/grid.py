@@ -47,6 +47,7 @@ from algorithms.storage.yaml_schema import (
     validate_as,
 )
 from algorithms.training.eval_settings import EvalSettings
+from algorithms.training.run_config import check_policy_options
 from graft_env.data import available as available_datasets
 from graft_env.data.procedural import SKILLS
 from graft_env.eval.protocol import PROTOCOL
@@ -354,7 +355,30 @@ def default_own_skills(model: str) -> tuple[str, ...] | None:
     return specs.get(model)
 
 
-def _pairs(items: Sequence[PairItem]) -> tuple[PairSpec, ...]:
+def _base_agent_options(base: Mapping[str, Any]) -> dict[str, tuple[str, Mapping[str, Any]]]:
+    """Model -> (key path, options) of the base config's agent of that model."""
+    agents = base.get("agents") or []
+    return {
+        agent.get("model"): (f"base.agents.{index}.options", agent.get("options") or {})
+        for index, agent in enumerate(agents)
+        if isinstance(agent, Mapping)
+    }
+
+
+def _check_pair_options(
+    model_options: Mapping[str, Any], base: Mapping[str, Any], model: str, where: str
+) -> None:
+    """A pair's options of `model`, over the base agent's, as `load_policy` would take them."""
+    base_where, base_options = _base_agent_options(base).get(model, ("", {}))
+    try:
+        if base_where:
+            check_policy_options(base_options, base_where)
+        check_policy_options({**base_options, **model_options}, where)
+    except ConfigError as error:
+        raise GridError(str(error)) from None
+
+
+def _pairs(items: Sequence[PairItem], base: Mapping[str, Any]) -> tuple[PairSpec, ...]:
     pairs = []
     for index, item in enumerate(items):
         where = f"pairs.{index}"
@@ -369,6 +393,8 @@ def _pairs(items: Sequence[PairItem]) -> tuple[PairSpec, ...]:
                 raise GridError(
                     f"{where}.{key}: unknown key(s) {unknown}; valid keys: {sorted(models)}"
                 )
+        for model, given in item.options.items():
+            _check_pair_options(given, base, model, f"{where}.options.{model}")
         own = {}
         for model in models:
             given = item.own_skills.get(model)
@@ -433,7 +459,7 @@ def grid_from_dict(data: Any, directory: Path = Path("."), name: str = "grid") -
         name=raw.name or name,
         base=base,
         algorithms=entries,
-        pairs=_pairs(raw.pairs),
+        pairs=_pairs(raw.pairs, base),
         seeds=raw.seeds,
         baseline=baseline,
         include_base=raw.include_base,

@@ -39,6 +39,16 @@ def changed(path: str, value) -> dict:
         ("algorithms.2.stored_peer_from", "stored", r"algorithms\.2\.stored_peer_from: 'stored'"),
         ("pairs.0.models", ["tiny-a"], r"pairs\.0\.models: expected at least 2 item\(s\), got 1"),
         ("pairs.0.options", {"tiny-c": {}}, r"pairs\.0\.options: unknown key\(s\) \['tiny-c'\]"),
+        (
+            "pairs.0.options",
+            {"tiny-b": {"lrr": 1e-4}},
+            r"^pairs\.0\.options\.tiny-b\.lrr: unknown option; valid: temperature, ",
+        ),
+        (
+            "pairs.0.options",
+            {"tiny-b": {"lr": "fast"}},
+            r"^pairs\.0\.options\.tiny-b\.lr: 'fast' is not ",
+        ),
         ("seeds", [0, 0], r"seeds: a seed is listed twice"),
         ("seeds", [-1], r"^seeds\.0: -1 must be >= 0$"),
         ("eval.sets", ["procedural/algebra"], r"eval\.sets\.0: unknown set 'procedural/algebra'"),
