@@ -25,11 +25,16 @@ WANDB_MODES = ("online", "offline", "disabled")
 class WandbSpec:
     """Where metrics go in wandb; absent from a config means no wandb at all."""
 
-    project: str
-    entity: str | None = None
+    project: str = field(metadata={"help": "wandb project the run logs to (non-empty)"})
+    entity: str | None = field(
+        default=None, metadata={"help": "wandb team or user (null: your default entity)"}
+    )
     name: str | None = field(default=None, metadata={"help": "default: the run directory name"})
-    group: str | None = None
-    tags: Sequence[str] = ()
+    group: str | None = field(
+        default=None,
+        metadata={"help": "wandb group the run is shown under with others (null: none)"},
+    )
+    tags: Sequence[str] = field(default=(), metadata={"help": "wandb tags of the run"})
     mode: str = field(default="online", metadata={"help": "online, offline or disabled"})
 
     def __post_init__(self) -> None:

@@ -194,7 +194,9 @@ class GridFile:
     base: Any = field(metadata={"help": "run config path (relative to the file) or mapping"})
     algorithms: Annotated[tuple[AlgorithmItem, ...], NonEmpty]
     pairs: Annotated[tuple[Annotated[PairItem, BeforeValidator(_models_only)], ...], NonEmpty]
-    seeds: Annotated[tuple[Count, ...], NonEmpty]
+    seeds: Annotated[tuple[Count, ...], NonEmpty] = field(
+        metadata={"help": "training seeds: every algorithm and pair runs once per seed"}
+    )
     eval: EvalPlan
     name: Text | None = field(default=None, metadata={"help": "default: the file's stem"})
     train: Mapping[str, Any] = field(

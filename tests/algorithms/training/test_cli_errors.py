@@ -3,6 +3,7 @@ with exit status 2, found before any model loads; Ctrl-C says where to resume (e
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -163,7 +164,11 @@ def test_config_validate_and_show(tmp_path, capsys):
     batch = next(line for line in shown if line.startswith("env.batch_size "))
     assert "int >= 1" in batch and "default 8" in batch and "prompts per step" in batch
     assert cli.main(["config", "show", "--grid"]) == 0
-    assert any(line.startswith("eval.k ") for line in capsys.readouterr().out.splitlines())
+    shown_grid = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("eval.k ") for line in shown_grid)
+    for line in shown + shown_grid:  # key, type, default, help: every key says what it is for
+        columns = re.split(r"\s{2,}", line.strip())
+        assert len(columns) == 4 and len(columns[3]) > 5, line
 
 
 def test_train_help_lists_the_config_keys(capsys):
