@@ -180,5 +180,5 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     if reporter is not None and not (target / COMPLETE_FILE).is_file():
         reporter.write_line(
             f"the tiny pair is not built yet ({target}): the first test that needs it builds "
-            "it, about 5 min on 2 quiet cores (longer beside other work), silently"
+            "it, about 5-10 min on 2 quiet cores (longer beside other work), silently"
         )

@@ -271,10 +271,11 @@ def build_tiny_pair(
     staging = root / f".{config.name}-{key}.{os.getpid()}.tmp"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
+    minutes = "5-10" if config.targets is None else "6-10"
     log(
         f"building {config.name} ({', '.join(s.name for s in config.models)}; key {key}, seed "
-        f"{seed}) once into {target}: about {'5' if config.targets is None else '6-7'} min on 2 "
-        f"quiet cores with {workers or 1} worker(s), longer beside other work; later runs load it"
+        f"{seed}) once into {target}: about {minutes} min on 2 quiet cores with "
+        f"{workers or 1} worker(s), longer beside other work; later runs load it"
     )
     started = time.perf_counter()
     training = _warm_start_all(config, seed, staging, workers, threads)
