@@ -36,9 +36,8 @@ REPO = Path(__file__).resolve().parents[2]
 PERF = REPO / "benchmarks" / "perf"
 ONE_THREAD = "--threads 1"
 SMALL_STEP = "--steps 1 --batch-size 2 --n 2 --max-new-tokens 4"
-# Entry points run through their main in their own test files (cli: everywhere;
-# benchmarks.study.report: test_study_report.py; library_report: test_compare_library.py).
-COMMANDS = {"benchmarks.cli", "benchmarks.study.report", "benchmarks.study.library_report"}
+# The command line, run through its main in almost every test file.
+COMMANDS = {"benchmarks.cli"}
 
 
 def argv(options: str, **paths: Path) -> list[str]:
@@ -73,13 +72,13 @@ def test_the_perf_index_has_a_row_for_every_module_of_benchmarks_perf():
 
 
 def imported_modules(path: Path) -> set[str]:
-    """Every module the source at `path` imports, by its full dotted name."""
+    """Every module the source at `path` imports, by its full dotted name (`from pkg import
+    name` counts as `pkg` and `pkg.name`: the name may be a module)."""
     names = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module == "benchmarks.perf":
-            names |= {f"benchmarks.perf.{alias.name}" for alias in node.names}
-        elif isinstance(node, ast.ImportFrom):
+        if isinstance(node, ast.ImportFrom):
             names.add(node.module or "")
+            names |= {f"{node.module}.{alias.name}" for alias in node.names}
         elif isinstance(node, ast.Import):
             names |= {alias.name for alias in node.names}
     return names
