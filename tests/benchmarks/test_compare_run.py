@@ -7,24 +7,15 @@ import json
 from pathlib import Path
 
 import yaml
+from run_configs import SMALLEST_GRID
 
 from benchmarks.cli import main
 
+# the smallest real grid with longer responses, two eval sets, the best checkpoint and
+# periodic evaluation
 GRID = {
-    "base": {
-        "agents": [{"name": "tiny-a", "model": "tiny-a", "options": {"lr": 1e-4}}],
-        "algorithm_options": {"n": 2, "num_minibatches": 1},
-        "env": {"dataset": "procedural", "dataset_options": {"size": 12, "difficulty": 1}},
-        "sampling": {"max_new_tokens": 24},
-        "steps": 1,
-        "progress": False,
-        "tensorboard": False,
-    },
-    "train": {"env": {"batch_size": 3}},
-    "algorithms": [{"name": "grpo", "label": "GRPO n=2"}, {"name": "graft", "label": "GRAFT"}],
-    "pairs": [["tiny-a", "tiny-b"]],
-    "seeds": [0],
-    "include_base": False,
+    **SMALLEST_GRID,
+    "base": {**SMALLEST_GRID["base"], "sampling": {"max_new_tokens": 24}},
     "eval": {
         "sets": ["procedural/addition", "procedural/subtraction"],
         "procedural": {"difficulty": 1},
@@ -34,7 +25,6 @@ GRID = {
         "checkpoint": "best",
     },
     "periodic_eval": {"every": 1, "limit": 2, "k": 1},
-    "threads": 1,
 }
 CELLS = ("grpo-n-2/tiny-a/seed0", "grpo-n-2/tiny-b/seed0", "graft/tiny-a+tiny-b/seed0")
 
