@@ -31,7 +31,13 @@ from algorithms.training.ray.placement import (
     reserve_groups,
     start_actors,
 )
-from algorithms.training.ray.policy import ActorGroup, PendingCall, TrafficMeter, check_loss
+from algorithms.training.ray.policy import (
+    ActorGroup,
+    PendingCall,
+    TrafficMeter,
+    check_driver_sees,
+    check_loss,
+)
 from algorithms.training.ray.rank import RankWorker
 from algorithms.training.ray.split import block_seed, prompt_blocks, row_chunks
 from algorithms.training.run_config import ConfigError, TrainConfig
@@ -196,13 +202,7 @@ class GroupPolicy:
         """Save on the ranks' filesystem; the driver must see the result (shared FS)."""
         directory = Path(path).absolute()
         self._all("save", str(directory))
-        if not directory.is_dir():
-            self.group.fail_and_raise(
-                self.agent,
-                "save",
-                f"the ranks wrote {directory}, but this driver does not see it: run_dir must "
-                "be on a filesystem shared by every node and mounted at the same path",
-            )
+        check_driver_sees(self.group, self.agent, directory, "the ranks")
 
     def load(self, path: str | Path) -> None:
         self._all("load", str(Path(path).absolute()))

@@ -112,6 +112,19 @@ class ActorGroup:
         raise AgentFailure(agent, method, reason)
 
 
+def check_driver_sees(group: ActorGroup, agent: str, directory: Path, writer: str) -> None:
+    """What `writer` (an actor, a group's ranks) saved must be visible to the driver: on a
+    multi-node cluster run_dir must be on a filesystem every node mounts at the same path."""
+    if not directory.is_dir():
+        group.fail_and_raise(
+            agent,
+            "save",
+            f"{writer} wrote {directory}, but this driver does not see it: on a multi-node "
+            "cluster run_dir must be on a filesystem shared by every node and mounted at the "
+            "same path",
+        )
+
+
 def _release(actors: list[Any], placement_groups: list[Any]) -> None:
     if not ray.is_initialized():
         return  # the cluster (and everything in it) is already gone
@@ -201,14 +214,9 @@ class RayPolicy:
         """Save on the actor's filesystem; the driver must see the result (shared FS)."""
         directory = Path(path).absolute()
         self._call("save", str(directory))
-        if not directory.is_dir():
-            self.group.fail_and_raise(
-                self.agent,
-                "save",
-                f"the actor on node {self.placement['node_id']} wrote {directory}, but this "
-                "driver does not see it: on a multi-node cluster run_dir must be on a "
-                "filesystem shared by every node and mounted at the same path",
-            )
+        check_driver_sees(
+            self.group, self.agent, directory, f"the actor on node {self.placement['node_id']}"
+        )
 
     def load(self, path: str | Path) -> None:
         self._call("load", str(Path(path).absolute()))
