@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from algorithms.training.ray.options import parse_ray_options
 from graft_env.policies.options import HFPolicyOptions
 
 GIB = 2**30
@@ -496,7 +497,10 @@ def plan_run(config: Any, work: Workload, capacity: float, gpus: int) -> list[De
     config names a GPU that is not there."""
     devices: dict[str, list[tuple[int, str, PolicyPlan]]] = {}
     ray = config.backend == "ray"
-    per_agent = int(config.ray.get("num_gpus_per_agent", 1)) if ray else 0
+    # the ray: section's own default (0: CPU actors, nothing on a GPU to plan)
+    per_agent = int(parse_ray_options(config.ray).num_gpus_per_agent) if ray else 0
+    if ray and per_agent == 0:
+        return []
     if ray and per_agent * len(config.agents) > gpus:
         raise ValueError(
             f"ray.num_gpus_per_agent: {len(config.agents)} agents x {per_agent} GPUs, "

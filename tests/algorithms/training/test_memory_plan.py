@@ -113,3 +113,11 @@ def test_the_paper_configs_fit_their_gpus(name, gib, capsys):
     assert cli.main(["plan", str(REPO / "configs" / name), "--gpu-memory", str(gib)]) == 0
     out = capsys.readouterr().out
     assert "DOES NOT FIT" not in out and out.count(": fits") >= 2
+
+
+def test_ray_actors_without_gpus_are_not_planned_on_a_gpu_machine():
+    """`ray.num_gpus_per_agent` defaults to 0 (the ray: section's own default): CPU actors,
+    nothing to plan, so a GPU machine does not refuse a CPU Ray config."""
+    config = load_config(REPO / "configs" / "tiny_pair_graft.yaml", ["backend=ray"])
+    work = mp.run_workload(config, 128)
+    assert mp.plan_run(config, work, capacity=80 * 2**30, gpus=1) == []
