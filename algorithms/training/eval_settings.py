@@ -10,9 +10,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
-from pydantic import Field, Strict
+from pydantic import ConfigDict, Field, Strict
 
-from algorithms.storage.yaml_schema import Count, Flag, Positive, Share
+from algorithms.storage.yaml_schema import Count, Flag, Positive, Share, Text
 from graft_env.eval.protocol import PROTOCOL
 
 Temperature = Annotated[float, Strict(), Field(gt=0, le=100)]
@@ -41,6 +41,20 @@ class EvalSettings:
     procedural: Mapping[str, Any] = field(
         default_factory=dict,
         metadata={"help": "options of procedural/<skill> sets, e.g. {difficulty: 1}"},
+    )
+
+
+@dataclass(frozen=True)
+class ProceduralOptions:
+    """Options of the `procedural/<skill>` evaluation sets (EvalSettings.procedural, checked
+    with `validate_as` where a run config or grid is read)."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid")  # validated on its own: say so here
+
+    difficulty: Positive | None = field(default=None, metadata={"help": "procedural level"})
+    seed: Count | None = field(default=None, metadata={"help": "generator seed"})
+    families: tuple[Text, ...] | None = field(
+        default=None, metadata={"help": "item families kept (procedural.families), e.g. [carry]"}
     )
 
 

@@ -50,6 +50,7 @@ from algorithms.storage.yaml_schema import (
 from algorithms.storage.yaml_schema import (
     parse_yaml as parse_yaml,  # re-exported (algorithms.training.loop)
 )
+from algorithms.training.eval_settings import ProceduralOptions
 from algorithms.training.periodic_eval import EvalSpec
 from algorithms.training.wandb_sink import WandbSpec
 from graft_env.schema import OptionError, check_options
@@ -256,6 +257,7 @@ def _check(config: TrainConfig) -> None:
         raise ConfigError(
             f"env.dataset: unknown dataset {config.env.dataset!r}; valid: {', '.join(available())}"
         )
+    validate_as(ProceduralOptions, config.eval.procedural, ConfigError, "eval.procedural")
     for index, agent in enumerate(config.agents):
         check_policy_options(agent.options, f"agents.{index}.options")
     if config.ray:
@@ -405,11 +407,20 @@ def check_env(env: EnvSection) -> None:
     the run loads it only after its models, minutes later with real ones. Not part of
     `_check`, which every config a grid builds goes through: loading takes a moment (0.3 s
     for the default procedural set)."""
-    from graft_env.data import load
+    from graft_env.data import DatasetError, load
+    from graft_env.data.registry import dataset_options
 
+    valid = dataset_options(env.dataset)
+    for name in env.dataset_options:
+        if valid is not None and name not in valid:
+            where = f"env.dataset_options.{name}"
+            raise ConfigError(f"{where}: unknown option; valid: {', '.join(valid)}")
     try:
         load(env.dataset, env.split, env.data_dir, **env.dataset_options)
-    except (ValueError, TypeError) as error:  # DatasetError, or a loader's own type check
+    except DatasetError as error:
+        where = "env" if error.option is None else f"env.dataset_options.{error.option}"
+        raise ConfigError(f"{where}: {error}") from None
+    except (ValueError, TypeError) as error:  # a loader's own type check
         raise ConfigError(f"env: {error}") from None
 
 

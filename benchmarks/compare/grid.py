@@ -46,7 +46,7 @@ from algorithms.storage.yaml_schema import (
     read_yaml_mapping,
     validate_as,
 )
-from algorithms.training.eval_settings import EvalSettings
+from algorithms.training.eval_settings import EvalSettings, ProceduralOptions
 from algorithms.training.run_config import check_policy_options
 from graft_env.data import available as available_datasets
 from graft_env.data.procedural import SKILLS
@@ -108,19 +108,6 @@ class PairItem:
     )
     own_skills: Mapping[str, tuple[Text, ...]] = field(
         default_factory=dict, metadata={"help": "per-model skills (tiny pair: from its build)"}
-    )
-
-
-@dataclass(frozen=True)
-class ProceduralOptions:
-    """Options of the `procedural/<skill>` evaluation sets."""
-
-    __pydantic_config__ = ConfigDict(extra="forbid")  # validated on its own: say so here
-
-    difficulty: Positive | None = field(default=None, metadata={"help": "procedural level"})
-    seed: Count | None = field(default=None, metadata={"help": "generator seed"})
-    families: tuple[Text, ...] | None = field(
-        default=None, metadata={"help": "item families kept (procedural.families), e.g. [carry]"}
     )
 
 

@@ -16,7 +16,13 @@ from typing import Any
 class DatasetError(ValueError):
     """A dataset could not be loaded as asked: unknown name or split, a missing
     directory or file, or a malformed row. The message says what and where (file
-    and line number for rows), so a user can fix the data without reading code."""
+    and line number for rows), so a user can fix the data without reading code.
+    `option` names the loader option whose value was wrong, where one was (a run config
+    then reports it at `env.dataset_options.<option>`)."""
+
+    def __init__(self, message: str, option: str | None = None) -> None:
+        super().__init__(message)
+        self.option = option
 
 
 @dataclass(frozen=True)

@@ -70,6 +70,12 @@ def available() -> list[str]:
     return sorted(_REGISTRY)
 
 
+def dataset_options(name: str) -> tuple[str, ...] | None:
+    """The keyword options dataset `name`'s loader takes (None: any); `name` must be
+    registered."""
+    return _REGISTRY[name].options
+
+
 def load(
     name: str,
     split: str | None = None,

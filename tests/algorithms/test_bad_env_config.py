@@ -33,17 +33,29 @@ BAD_ENVS = [
     ),
     (
         ["env.dataset_options.dificulty=1"],
-        "env: dataset 'procedural' got unknown option(s) ['dificulty']; valid options: "
-        "['skills', 'size', 'seed', 'difficulty', 'families']",
+        "env.dataset_options.dificulty: unknown option; valid: skills, size, seed, difficulty, "
+        "families",
     ),
     (
         ["env.dataset_options.difficulty=7"],
-        "env: difficulty must be a level in [1, 2, 3, 4, 5], a non-empty list of them, or "
+        "env.dataset_options.difficulty: difficulty must be a level in [1, 2, 3, 4, 5], a non-empty list of them, or "
         "None for the graded mix; got 7",
     ),
     (
         ["env.dataset_options.skills=[additon]"],
-        "env: unknown procedural skill 'additon'; valid skills: ",
+        "env.dataset_options.skills: unknown procedural skill 'additon'; valid skills: ",
+    ),
+    (
+        ["env.dataset_options.size=-1"],
+        "env.dataset_options.size: size must be a positive integer (items per skill), got -1",
+    ),
+    (
+        ["env.dataset_options.families=[carry, nope]"],
+        "env.dataset_options.families: unknown item family 'nope'; valid families: ",
+    ),
+    (
+        ["eval.procedural.level=1"],
+        "eval.procedural.level: unknown key; valid: difficulty, families, seed",
     ),
     (
         ["env.dataset=gsm8k", "env.split=validation", "env.dataset_options={}"],

@@ -33,7 +33,8 @@ from __future__ import annotations
 import os
 import random
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from graft_env.data.problem import DatasetError, Problem
 from graft_env.data.procedural.families import FAMILIES, check_family, in_family
@@ -49,6 +50,7 @@ _SPLIT_OF_RESIDUE = ("test", "sft", "sft", "train", "train")  # by CRC-32 mod 5
 _MAX_DRAWS = 1000  # a split holds >= 1/5 of every level's items; 1000 misses ~never
 
 Difficulty = int | Sequence[int] | None
+T = TypeVar("T")
 
 
 def split_of(question: str) -> str:
@@ -116,22 +118,18 @@ def load_procedural(
 ) -> list[Problem]:
     """`size` items per skill (default 2000 train / 200 test), skills interleaved; with
     `families`, a skill's items are those of its listed families only."""
-    if isinstance(skills, str):
-        raise DatasetError(f"skills must be a list of skill names, got the string {skills!r}")
-    chosen = list(SKILLS if skills is None else skills)
-    if not chosen:
-        raise DatasetError("skills must name at least one skill")
-    for skill in chosen:
-        _check_skill(skill)
-    if len(set(chosen)) != len(chosen):
-        raise DatasetError(f"skills must not repeat a skill, got {chosen}")
+    chosen = _option("skills", _chosen_skills, skills)
     count = DEFAULT_SIZE[split] if size is None else size
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise DatasetError(f"size must be a positive integer (items per skill), got {count!r}")
+        message = f"size must be a positive integer (items per skill), got {count!r}"
+        raise DatasetError(message, option="size")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise DatasetError(f"seed must be an integer, got {seed!r}", option="seed")
     if difficulty is not None:
-        _check_levels(difficulty)
+        _option("difficulty", _check_levels, difficulty)
     if families is not None:
-        return _family_items(chosen, list(families), count, seed, split, difficulty)
+        names = _option("families", _family_names, families, chosen)
+        return _family_items(chosen, names, count, seed, split, difficulty)
     return [
         generate(skill, index, seed=seed, split=split, difficulty=difficulty)
         for index in range(count)
@@ -144,12 +142,6 @@ def _family_items(
 ) -> list[Problem]:
     """`count` items per skill, interleaved; a skill with listed families keeps only the
     items in one of them (scanning indices 0, 1, ...)."""
-    if isinstance(names, str) or not names:
-        raise DatasetError(f"families must be a non-empty list of family names, got {names!r}")
-    for name in names:
-        check_family(name)
-    if not any(FAMILIES[n].skill in chosen for n in names):
-        raise DatasetError(f"families {names}: none is a family of the skills {chosen}")
     columns = []
     for skill in chosen:
         mine = [n for n in names if FAMILIES[n].skill == skill]
@@ -163,6 +155,39 @@ def _family_items(
             index += 1
         columns.append(items)
     return [column[i] for i in range(count) for column in columns]
+
+
+def _option(name: str, check: Callable[..., T], *args: Any) -> T:
+    """`check(*args)`, its DatasetError marked as one of loader option `name`."""
+    try:
+        return check(*args)
+    except DatasetError as error:
+        raise DatasetError(str(error), option=name) from None
+
+
+def _chosen_skills(skills: Sequence[str] | None) -> list[str]:
+    if isinstance(skills, str):
+        raise DatasetError(f"skills must be a list of skill names, got the string {skills!r}")
+    chosen = list(SKILLS if skills is None else skills)
+    if not chosen:
+        raise DatasetError("skills must name at least one skill")
+    for skill in chosen:
+        _check_skill(skill)
+    if len(set(chosen)) != len(chosen):
+        raise DatasetError(f"skills must not repeat a skill, got {chosen}")
+    return chosen
+
+
+def _family_names(families: Sequence[str], chosen: list[str]) -> list[str]:
+    if isinstance(families, str) or not families:
+        message = f"families must be a non-empty list of family names, got {families!r}"
+        raise DatasetError(message)
+    names = list(families)
+    for name in names:
+        check_family(name)
+    if not any(FAMILIES[n].skill in chosen for n in names):
+        raise DatasetError(f"families {names}: none is a family of the skills {chosen}")
+    return names
 
 
 def _check_skill(skill: str) -> None:
