@@ -252,6 +252,47 @@ class VLLMEngineOptions:
     max_num_seqs: Positive = field(
         default=256, metadata={"help": "sequences decoded together (vLLM's continuous batch)"}
     )
+    max_prompt_tokens: Positive = field(
+        default=2048,
+        metadata={
+            "help": (
+                "worker groups (ray.ranks_per_agent) with max_model_len null: the longest prompt "
+                "the engine serves, so max_model_len = this + sampling.max_new_tokens (the "
+                "paper's prompt limit, 2048; a longer prompt is refused when it comes, naming "
+                "vllm_max_model_len). A single-process policy ignores it"
+            )
+        },
+    )
+    tensor_parallel_size: Positive | None = field(
+        default=None,
+        metadata={
+            "help": (
+                "vLLM tensor parallelism; null: the worker group's ranks (ray.ranks_per_agent), "
+                "1 for a single-process policy"
+            )
+        },
+    )
+    sleep_mode: Flag | None = field(
+        default=None,
+        metadata={
+            "help": (
+                "vLLM enable_sleep_mode: sleep(level=1) releases the engine's weights and KV "
+                "cache during each update, wake_up() and a weight sync after it. CUDA only; "
+                "null: on with device cuda, off on CPU (true on CPU is refused)"
+            )
+        },
+    )
+    sync_bucket_mb: PositiveFloat = field(
+        default=512.0,
+        metadata={
+            "help": (
+                "worker groups: the weight sync gathers the FSDP shards one decoder block at a "
+                "time into a staging buffer of about this many MiB (a block larger than it gets "
+                "a buffer of its size), loads it into the engine and reuses the buffer for the "
+                "next: never a full extra copy of the model"
+            )
+        },
+    )
 
     def __post_init__(self) -> None:
         check_fields(self, type(self).__name__)

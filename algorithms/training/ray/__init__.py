@@ -18,6 +18,7 @@ Modules:
 
 cluster           start one `PolicyWorker` per agent in one placement group
 connection        join (or start) the Ray cluster; model names the actors can load
+engine_settings   a worker group's vLLM engine settings, derived and checked from the config
 fsdp              FSDP2 on one rank: shard a transformers model, and gather it whole
 group             `GroupPolicy`: one agent as a worker group of k ranks (`ray.ranks_per_agent`)
 options           the `ray:` section of a run config
