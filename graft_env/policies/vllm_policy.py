@@ -84,6 +84,11 @@ pickled `reduce_tensor` IPC handle) on GPU."""
 _ALIGN = 64  # slot offsets: any dtype view of the buffer starts aligned
 
 
+def aligned(nbytes: int) -> int:
+    """`nbytes` rounded up to the slot alignment: the next slot's offset."""
+    return -(-nbytes // _ALIGN) * _ALIGN
+
+
 def sync_group(name: str) -> str:
     """The unit a sync sends whole: the name up to its first numeric part (a decoder
     block, ``model.layers.3``), else its module (``model.norm``). vLLM fuses q/k/v and
@@ -103,7 +108,7 @@ def tensor_version(tensor: torch.Tensor) -> tuple[int, int]:
     return tensor.data_ptr(), tensor._version
 
 
-def _shared_buffer(nbytes: int, device: torch.device) -> tuple[torch.Tensor, BufferHandle]:
+def shared_buffer(nbytes: int, device: torch.device) -> tuple[torch.Tensor, BufferHandle]:
     """A byte buffer on `device` another process can open from the returned handle."""
     if device.type == "cuda":  # not yet run against vLLM's GPU build (CPU-only CI)
         from torch.multiprocessing.reductions import reduce_tensor
@@ -121,7 +126,7 @@ def _shared_buffer(nbytes: int, device: torch.device) -> tuple[torch.Tensor, Buf
 
 
 def open_shared_buffer(handle: BufferHandle) -> torch.Tensor:
-    """The buffer of `_shared_buffer`, opened in another process."""
+    """The buffer of `shared_buffer`, opened in another process."""
     if handle[0] == "cuda":
         rebuild, args = pickle.loads(handle[1])
         return rebuild(*args)
@@ -163,8 +168,8 @@ class WeightStager:
             out = dtype if dtype is not None and tensor.is_floating_point() else tensor.dtype
             dtype_name = str(out).removeprefix("torch.")
             self.slots[name] = (name, dtype_name, list(tensor.shape), offset)
-            offset += -(-tensor.numel() * out.itemsize // _ALIGN) * _ALIGN
-        self.buffer, self.handle = _shared_buffer(max(offset, 1), device or torch.device("cpu"))
+            offset += aligned(tensor.numel() * out.itemsize)
+        self.buffer, self.handle = shared_buffer(max(offset, 1), device or torch.device("cpu"))
         self.versions: dict[str, tuple[int, int]] = {}
         # the file name goes at the first sync (`unlink`), at the latest when collected
         name = Path(self.handle[1]) if self.handle[0] == "file" else None

@@ -28,6 +28,7 @@ rank              one rank of a worker group: a Ray actor in a torch.distributed
 sharded_checkpoint  a worker group's checkpoint: DCP shards, RNG per rank, an HF export
 sharded_update    one optimisation pass of a rank: its rows, the whole minibatch's loss
 split             how a worker group divides one call's rows among its ranks
+weight_sync       the FSDP2 shards gathered into the vLLM engine bucket by bucket
 worker            what runs in one agent's actor: policy, optimizer, algorithm
 """
 
