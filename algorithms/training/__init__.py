@@ -18,6 +18,7 @@ run_config        `TrainConfig`: the YAML run config, validated
 run_dir           run directories: the marker, what --fresh may delete, restarts
 run_summary       the end-of-run summary `graft train` prints
 step              what one step produces (`StepRecord`) and its Trainer-free phases
+step_estimate     one step's time per phase on GPUs, from configs and the H200 measurements
 wandb_sink        the optional Weights & Biases mirror of metrics.jsonl
 """
 

@@ -4,13 +4,19 @@ Per device: weights, AdamW moments, gradients, autocast's weight copies, activat
 and without gradient checkpointing), the log-prob logits and the KV caches of generation and
 scoring, per phase of a step (`algorithms.training.memory_plan`), and what the plan assumes.
 A config that does not fit ends with one line naming the option to change (exit status 2).
+
+For a run on GPUs it then estimates one step's time per phase (rollout with either backend,
+verify, scoring, update, weight sync, exchange) and each GPU's memory when an agent is sharded
+over its GPUs (`algorithms.training.step_estimate`, whose docstring lists the assumptions),
+beside the paper stack's ~2.5-4 min per step.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from algorithms.training import memory_plan
+from algorithms.training import memory_plan, step_estimate
+from algorithms.training.ray.options import parse_ray_options
 from algorithms.training.run_config import load_config
 
 DEFAULT_PROMPT_TOKENS = 1024
@@ -41,6 +47,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         default=DEFAULT_PROMPT_TOKENS,
         help=f"the longest prompt assumed, in tokens (default: {DEFAULT_PROMPT_TOKENS})",
     )
+    plan.add_argument(
+        "--gpu-kind",
+        choices=sorted(step_estimate.GPUS),
+        default=None,
+        help="the GPU the step estimate assumes (default: h200 from 100 GiB on, else h100-80gb)",
+    )
     plan.set_defaults(func=run)
 
 
@@ -59,8 +71,63 @@ def run(args: argparse.Namespace) -> int:
     print("\n".join(memory_plan.assumption_lines(work, options)))
     for plan in plans:
         print("\n".join(memory_plan.format_plan(plan)))
+    if plans:
+        print("\n".join(estimate_lines(config, work, capacity, args.gpu_kind)))
     hint = memory_plan.allocator_hint()
     if hint:
         print(hint)
     memory_plan.check_run(plans)
     return 0
+
+
+def estimate_agents(
+    config, work: memory_plan.Workload
+) -> tuple[list[step_estimate.Agent], list[tuple[memory_plan.PolicyPlan, int]]]:
+    """The step estimate's agents of `config` and, per agent, (its memory plan for `work`,
+    its GPUs): a worker group shards over `ray.ranks_per_agent` GPUs (and runs vLLM at
+    that TP); one process per agent computes on one GPU."""
+    ranks = parse_ray_options(config.ray).ranks_per_agent if config.backend == "ray" else None
+    gpus = ranks or 1
+    agents, plans = [], []
+    for index, agent in enumerate(config.agents):
+        options = memory_plan.policy_options(agent.options)
+        arch = memory_plan.architecture_of(agent.model, f"agents.{index}.model")
+        backend = str(agent.options.get("rollout_backend", "transformers"))
+        agents.append(step_estimate.Agent(agent.name, arch, options, gpus, bool(ranks), backend))
+        plans.append((memory_plan.plan_policy(arch, options, work), gpus))
+    return agents, plans
+
+
+def estimate_lines(
+    config, work: memory_plan.Workload, capacity: float, kind: str | None
+) -> list[str]:
+    """The step estimate of `config` on GPUs of `capacity` bytes, then each agent's memory
+    per GPU (the memory plan of `work` with FSDP2's shards divided over its GPUs)."""
+    from algorithms import configure
+
+    algorithm = configure(config.algorithm, **config.algorithm_options)
+    step = step_estimate.StepWorkload(
+        prompts=config.env.batch_size,
+        n=algorithm.n,
+        num_minibatches=algorithm.num_minibatches,
+        mix=step_estimate.LengthMix(cap=config.sampling.max_new_tokens),
+    )
+    gpu = step_estimate.gpu_for(capacity / memory_plan.GIB, kind)
+    agents, plans = estimate_agents(config, work)
+    reserve = memory_plan.RESERVE_BYTES
+    kv = [step_estimate.vllm_kv_available(plan, k, capacity, reserve) for plan, k in plans]
+    estimate = step_estimate.estimate_step(agents, gpu, step, kv)
+    lines = step_estimate.assumption_lines(gpu, step) + step_estimate.format_estimate(estimate)
+    gib = memory_plan.GIB
+    lines.append(
+        f"  {'GiB per GPU (FSDP2 shards / GPUs)':<34}"
+        + "".join(f"{phase:>10}" for phase in memory_plan.PHASES)
+        + f"{'vLLM gen':>10}{'KV free':>10}  (vLLM: trainer state + engine at TP=GPUs)"
+    )
+    for agent, (plan, k), free in zip(agents, plans, kv, strict=True):
+        phases = step_estimate.per_gpu_bytes(plan, k)
+        vllm = step_estimate.vllm_generate_bytes(plan, k, step)
+        cells = "".join(f"{phases[p] / gib:>10.1f}" for p in memory_plan.PHASES)
+        label = f"{agent.name}, {k} GPU(s)"
+        lines.append(f"    {label:<32}{cells}{vllm / gib:>10.1f}{free / gib:>10.1f}")
+    return lines

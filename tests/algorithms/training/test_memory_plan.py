@@ -121,3 +121,34 @@ def test_ray_actors_without_gpus_are_not_planned_on_a_gpu_machine():
     config = load_config(REPO / "configs" / "tiny_pair_graft.yaml", ["backend=ray"])
     work = mp.run_workload(config, 128)
     assert mp.plan_run(config, work, capacity=80 * 2**30, gpus=1) == []
+
+
+@pytest.mark.parametrize("gib", [141, 80])
+def test_plan_estimates_the_step_of_the_paper_layout(gib, capsys):
+    """`graft plan` on the 1-node worker-group config: the per-phase step estimate with both
+    rollout backends, its target line, and each agent's memory per GPU sharded over 2 GPUs."""
+    config = REPO / "configs" / "paper_smollm3_qwen3_1node.yaml"
+    assert cli.main(["plan", str(config), "--gpu-memory", str(gib), "--gpus", "4"]) == 0
+    out = capsys.readouterr().out
+    kind = "h200" if gib == 141 else "h100-80gb"
+    assert f"step estimate on {kind}" in out
+    for row in (
+        "rollout, eager transformers",
+        "rollout, vLLM (TP=GPUs)",
+        "  update ",
+        "  scoring ",
+    ):
+        assert row in out
+    assert out.count("the target (<= 1.5 x 4 min = 6 min)") == 2
+    memory = [line for line in out.splitlines() if ", 2 GPU(s)" in line]
+    assert [line.split()[0] for line in memory] == ["smollm3-3b,", "qwen3-1.7b,"]
+    for line in memory:  # generate, score, update, vLLM generate, KV free: all within the GPU
+        assert all(0 < float(v) < gib for v in line.split()[-5:])
+
+
+def test_plan_shards_the_state_only_for_worker_groups(capsys):
+    """One process per agent (the local paper config): the estimate puts each agent on 1 GPU."""
+    config = REPO / "configs" / "paper_smollm3_qwen3.yaml"
+    assert cli.main(["plan", str(config), "--gpu-memory", "141", "--gpus", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "smollm3-3b, 1 GPU(s)" in out and ", 2 GPU(s)" not in out

@@ -1,0 +1,181 @@
+"""The step-time estimate (`algorithms.training.step_estimate`): its measured inputs are the
+committed H200 figures, it reproduces them on the measured model, and its arithmetic has the
+properties a step time must have (more GPUs never slower, longer responses never faster,
+phases that sum to the total)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from algorithms.training import memory_plan as mp
+from algorithms.training import step_estimate as se
+from graft_env.policies.options import HFPolicyOptions
+
+REPO = Path(__file__).resolve().parents[3]
+MEASURED_JSON = REPO / "docs" / "results" / "gpu_check_h200" / "device_check_lr1e-6.json"
+SMOLLM3 = mp.paper_architecture("HuggingFaceTB/SmolLM3-3B-Base")
+QWEN3 = mp.paper_architecture("Qwen/Qwen3-1.7B-Base")
+PAPER_OPTIONS = HFPolicyOptions(
+    device="cuda",
+    autocast="bfloat16",
+    gradient_checkpointing=True,
+    generation_batch_size=64,
+    score_batch_size=16,
+    max_tokens_per_micro_batch=32768,
+    logits_chunk_tokens=4096,
+)
+
+
+def pair(gpus: int, backend: str = "vllm") -> list[se.Agent]:
+    return [
+        se.Agent("smollm3", SMOLLM3, PAPER_OPTIONS, gpus, gpus > 1, backend),
+        se.Agent("qwen3", QWEN3, PAPER_OPTIONS, gpus, gpus > 1, backend),
+    ]
+
+
+def workload(prompts: int = 128, cap: int = 4096) -> se.StepWorkload:
+    return se.StepWorkload(prompts=prompts, mix=se.LengthMix(cap=cap))
+
+
+def test_the_measured_inputs_are_the_committed_h200_figures():
+    """Every measured constant is read back from docs/results/gpu_check_h200."""
+    run = json.loads(MEASURED_JSON.read_text())
+    model = run["mixed"]["models"]["scale-llama"]
+    assert se.MEASURED_ARCH.params == model["parameters"] == run["scale_build"]["parameters"]
+    assert se.MEASURED.update_s == model["gradient_checkpointing"]["update_s"]
+    assert se.MEASURED.generate_s == model["sampling"]["generate_s"]
+    settings_ = run["settings"]
+    rows = settings_["prompts"] * settings_["n"]
+    assert se.MEASURED.update_rows == model["sampling"]["sequences"] == rows
+    assert se.MEASURED.update_width == settings_["max_new_tokens"]
+    blocks = rows // HFPolicyOptions().generation_batch_size  # the default the check ran with
+    assert se.MEASURED.decode_steps == blocks * settings_["max_new_tokens"]
+    assert se.MEASURED.decode_rows == HFPolicyOptions().generation_batch_size
+    assert run["environment"]["device"] == "NVIDIA H200"
+
+
+def test_the_estimate_gives_back_the_measured_runs_on_the_measured_model():
+    """Calibration: the measured model at the measured workload takes the measured time."""
+    options = HFPolicyOptions(autocast="bfloat16", gradient_checkpointing=True)
+    agent = se.Agent("scale-llama", se.MEASURED_ARCH, options)
+    # 16 prompts x 8, rows padded to 128 new tokens, one micro-batch (A3's measured update)
+    flops = se.MEASURED.update_flops
+    assert flops / se.train_flops_per_s(se.MEASURED_GPU) == pytest.approx(se.MEASURED.update_s)
+    # 80 % of the rows ran to the 128-token cap (stopped_share 0.195): 2 blocks x 128 steps
+    mix = se.LengthMix(prompt_tokens=8, cap=128, cut_share=0.805, median=60, sigma=0.5)
+    work = se.StepWorkload(prompts=16, n=8, mix=mix)
+    rollout = se.eager_rollout_s(agent, se.MEASURED_GPU, work)
+    assert rollout == pytest.approx(se.MEASURED.generate_s, rel=0.05)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.integers(32, 256),
+    st.sampled_from([1024, 2048, 4096, 8192]),
+    st.sampled_from([1, 2]),
+    st.sampled_from(list(se.GPUS)),
+)
+def test_doubling_the_gpus_per_agent_never_slows_a_step(prompts, cap, gpus, kind):
+    gpu, work = se.GPUS[kind], workload(prompts, cap)
+    fewer = se.estimate_step(pair(gpus), gpu, work)
+    more = se.estimate_step(pair(2 * gpus), gpu, work)
+    for backend in se.ROLLOUT_ROWS:
+        assert more.total_with(backend) <= fewer.total_with(backend)
+    for slow, fast in zip(fewer.phases, more.phases, strict=True):
+        if slow.name in ("rollout", "scoring", "update"):
+            assert fast.seconds <= slow.seconds, slow.name
+    for name in se.ROLLOUT_ROWS.values():
+        assert more.alternatives[name].seconds <= fewer.alternatives[name].seconds, name
+
+
+def test_the_update_spreads_over_the_gpus():
+    """Twice the GPUs: the update's FLOPs take half the time (collectives on top)."""
+    gpu, work = se.GPUS["h200"], workload()
+    one, two = (se.update_s(pair(k)[0], gpu, work) for k in (1, 2))
+    assert 0.5 * one <= two <= 0.55 * one
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.sampled_from([512, 1024, 2048, 4096]), st.integers(1, 4096), st.sampled_from([1, 2]))
+def test_longer_responses_never_take_less_time(cap, extra, gpus):
+    gpu = se.GPUS["h200"]
+    shorter = se.estimate_step(pair(gpus), gpu, workload(cap=cap))
+    longer = se.estimate_step(pair(gpus), gpu, workload(cap=cap + extra))
+    for backend in se.ROLLOUT_ROWS:
+        assert longer.total_with(backend) > shorter.total_with(backend)
+    for short, long in zip(shorter.phases, longer.phases, strict=True):
+        assert long.seconds >= short.seconds, short.name
+
+
+@pytest.mark.parametrize("backends", [("vllm", "vllm"), ("vllm", "transformers")])
+def test_the_phases_sum_to_the_total(backends):
+    agents = [
+        dataclasses.replace(a, rollout_backend=b) for a, b in zip(pair(2), backends, strict=True)
+    ]
+    estimate = se.estimate_step(agents, se.GPUS["h200"], workload())
+    assert estimate.total == pytest.approx(sum(p.seconds for p in estimate.phases))
+    assert [p.name for p in estimate.phases] == [
+        "rollout", "verify", "scoring", "update", "weight sync", "exchange"
+    ]  # fmt: skip
+    rollout = estimate.phases[0]
+    eager = estimate.alternatives[se.ROLLOUT_ROWS["transformers"]]
+    vllm = estimate.alternatives[se.ROLLOUT_ROWS["vllm"]]
+    for i, backend in enumerate(backends):
+        chosen = vllm if backend == "vllm" else eager
+        assert rollout.per_agent[i] == chosen.per_agent[i]
+    if backends[0] == backends[1]:
+        assert estimate.total_with(backends[0]) == pytest.approx(estimate.total)
+    # concurrent phases take the slowest agent, sequential ones the sum
+    update = estimate.phases[3]
+    assert update.seconds == max(update.per_agent)
+    scoring = estimate.phases[2]
+    assert scoring.seconds == pytest.approx(sum(scoring.per_agent))
+
+
+@pytest.mark.parametrize("backend", ["transformers", "vllm"])
+def test_a_larger_kv_cache_decodes_slower(backend):
+    """Both rollouts read every live row's KV cache each step: twice the KV heads, slower."""
+    agent, gpu, work = pair(2)[1], se.GPUS["h200"], workload()
+    wider = dataclasses.replace(agent, arch=dataclasses.replace(QWEN3, num_kv_heads=16))
+    rollout = se.eager_rollout_s if backend == "transformers" else se.vllm_rollout_s
+    assert rollout(wider, gpu, work) > 1.02 * rollout(agent, gpu, work)
+
+
+def test_vllm_slows_down_when_its_kv_cache_does_not_fit():
+    agent, gpu, work = pair(2)[0], se.GPUS["h100-80gb"], workload()
+    needed = se.vllm_peak_kv_tokens(work) * se.vllm_kv_bytes_per_token(SMOLLM3) / 2
+    roomy = se.vllm_rollout_s(agent, gpu, work, kv_available=2 * needed)
+    assert roomy == se.vllm_rollout_s(agent, gpu, work)
+    assert se.vllm_rollout_s(agent, gpu, work, kv_available=needed / 4) > 3 * roomy
+
+
+def test_fsdp_divides_only_the_sharded_state():
+    work = mp.Workload(1024, 4096, 256)
+    plan = mp.plan_policy(QWEN3, PAPER_OPTIONS, work)
+    one, two = se.per_gpu_bytes(plan, 1), se.per_gpu_bytes(plan, 2)
+    for phase in mp.PHASES:
+        assert one[phase] == pytest.approx(plan.persistent_bytes + plan.transient(phase))
+        state = 3 * QWEN3.params * 4 + (QWEN3.params * 4 if phase == "update" else 0)
+        assert one[phase] - two[phase] == pytest.approx(state / 2)  # weights, moments, grads
+
+
+def test_the_table_names_every_phase_and_the_target():
+    estimate = se.estimate_step(pair(2, "transformers"), se.GPUS["h200"], workload())
+    text = "\n".join(se.format_estimate(estimate))
+    for name in ("rollout", "verify", "scoring", "update", "weight sync", "exchange"):
+        assert f"  {name} " in text
+    assert se.ROLLOUT_ROWS["vllm"] in text and se.ROLLOUT_ROWS["transformers"] in text
+    assert text.count("the target (<= 1.5 x 4 min = 6 min)") == 2
+    assert "every agent on vllm" in text
+
+
+def test_a_gpu_kind_outside_the_table_is_refused():
+    with pytest.raises(ValueError, match="--gpu-kind: 'v100' is not one of"):
+        se.gpu_for(80, "v100")
+    assert se.gpu_for(141).name == "h200" and se.gpu_for(80).name == "h100-80gb"
