@@ -149,10 +149,16 @@ class HFPolicy:
         if n < 1:
             raise ValueError(f"{self.name}: n must be >= 1, got {n}")
         prompt_ids = [self.encode_prompt(p) for p in prompts]
+        budget = self.options.max_tokens_per_micro_batch
         for index, ids in enumerate(prompt_ids):
-            self._check_length(
-                len(ids) + sampling.max_new_tokens, f"prompt {index} + max_new_tokens"
-            )
+            total, what = len(ids) + sampling.max_new_tokens, f"prompt {index} + max_new_tokens"
+            self._check_length(total, what)
+            if budget is not None and total > budget:
+                # found here, before sampling, not in the update after the rollout
+                raise ValueError(
+                    f"{self.name}: {what} is {total} tokens, over max_tokens_per_micro_batch="
+                    f"{budget}: a full-length response could not be trained; raise the budget"
+                )
         return prompt_ids
 
     def generate_async(

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from policy_batches import rollout_batch
 
 import algorithms
+from graft_env.policies import SamplingParams
 from graft_env.policies.micro_batches import padded_size, token_budget, token_counts
 from graft_env.policies.training import OptimStep, optimise
 
@@ -119,3 +120,13 @@ def test_the_update_reports_its_padding_share(policy):
     responses = [len(s.response_token_ids) for s in batch.sequences]
     real, padded = token_counts([list(range(len(prompts)))], prompts, responses)
     assert metrics["padding_share"] == pytest.approx(1 - real / padded)
+
+
+def test_a_budget_below_a_full_length_row_is_refused_before_sampling(model_dirs, make_policy):
+    policy = make_policy(model_dirs["llama"], max_tokens_per_micro_batch=40)
+    prompt = "What is 2 + 3?"
+    room = 40 - len(policy.encode_prompt(prompt))
+    fits = SamplingParams(max_new_tokens=room, seed=0)
+    assert len(policy.generate([prompt], 1, fits)[0]) == 1
+    with pytest.raises(ValueError, match=r"over max_tokens_per_micro_batch=40.*raise the budget"):
+        policy.generate([prompt], 1, dataclasses.replace(fits, max_new_tokens=room + 1))
