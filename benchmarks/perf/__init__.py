@@ -65,6 +65,11 @@ scale_check          the paper's step at full size on one GPU: SmolLM3-3B and Qw
                      random weights, one update of 8 x 8 x 4,096 tokens and 16 peer rows
                      scored: peak memory beside the plan's, tokens/s, MFU (--shrink: CPU)
                      -> no README row until it has run on a GPU
+worker_group_device_check  a worker group's rank on one GPU (FSDP2 at world size 1): the
+                     update at the paper's token counts (peak memory beside the plan, s per
+                     update beside the step estimate), scoring, generation, the DCP
+                     checkpoint saved, loaded and compared (--smoke: CPU, gloo)
+                     -> no README row until it has run on a GPU
 
 Helpers (no main):
 
