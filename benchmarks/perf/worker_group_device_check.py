@@ -36,8 +36,9 @@ GPU was lent to the session that wrote this. Expected on one H200 (from the step
 measured 116 TFLOP/s, not measured here): about 4 minutes, mostly the two paper-sized updates
 (~50 s each) and the ~27 GB checkpoint written and read; < 8 minutes with 2x margin. Needs
 torch, transformers and the project's pure-Python dependencies; no vLLM, no Ray (with Ray
-installed the rank's own `RankWorker` methods run; without it `DirectRank`), no download. Results go to `--out`: results.json (after every stage, so a timeout
-leaves what ran) and summary.txt.
+installed the rank's own `RankWorker` methods run; without it `DirectRank`), no download.
+Results go to `--out`: results.json (after every stage, so a timeout leaves what ran) and
+summary.txt.
 
     python -m benchmarks.perf.worker_group_device_check --out docs/results/worker_group_h200
     python -m benchmarks.perf.worker_group_device_check --smoke --out /tmp/wg-smoke
