@@ -67,9 +67,10 @@ A10. Verify: the reward on the driver at 221 items/s per worker process (measure
     measured exchange phase, 0.002 s for 2 x 128 rows (docs/results/gpu_check_h200/
     step_time.log), scaled by rows, plus each row's ids and log-probs (8 bytes per token)
     crossing to and from the actors three times at 1 GB/s.
-A11. Agents run rollout, update and weight sync at the same time on their own GPUs (the loop
-    starts every agent's call before waiting: the step takes the slowest agent); verify,
-    scoring (one receiver after the other) and the exchange run in turn. Not counted:
+A11. Under the Ray backend agents run rollout, update and weight sync at the same time on
+    their own GPUs (the loop starts every agent's call before waiting: the step takes the
+    slowest agent); with every policy in the driver (the local backend) one after the other.
+    Verify, scoring (one receiver after the other) and the exchange always run in turn. Not counted:
     checkpoints (every 10 steps), evaluation, start-up, model loading.
 
 The target (issue 28): within 1.5 x the paper stack's estimate, i.e. at most 1.5 x 4 min =
@@ -467,13 +468,15 @@ ROLLOUT_ROWS = {"transformers": "rollout, eager transformers", "vllm": "rollout,
 SYNC_ROW = "weight sync, with vLLM"
 
 
-def _own(name: str, agents: Sequence[Agent], by_backend: dict[str, Phase], source: str) -> Phase:
+def _own(
+    name: str, agents: Sequence[Agent], by_backend: dict[str, Phase], source: str, together: bool
+) -> Phase:
     """Each agent's figure from the phase of its own rollout backend (0 where none)."""
     values = tuple(
         by_backend[a.rollout_backend].per_agent[i] if a.rollout_backend in by_backend else 0.0
         for i, a in enumerate(agents)
     )
-    return Phase(name, values, True, source)
+    return Phase(name, values, together, source)
 
 
 def estimate_step(
@@ -482,27 +485,31 @@ def estimate_step(
     work: StepWorkload | None = None,
     kv_available: Sequence[float | None] | None = None,
     measured: Measured = MEASURED,
+    together: bool = True,
 ) -> StepEstimate:
     """Every phase of one step of `agents` on `gpu`s (each agent on its own `gpus`);
-    `kv_available[i]`: KV-cache bytes per GPU agent i's vLLM engine has (None: enough)."""
+    `kv_available[i]`: KV-cache bytes per GPU agent i's vLLM engine has (None: enough).
+    `together`: the agents run in processes of their own (the Ray backend, A11), so
+    rollout, update and weight sync take the slowest agent; else (every policy in the
+    driver, the local backend) one after the other."""
     work = work or StepWorkload()
     kv = list(kv_available) if kv_available is not None else [None] * len(agents)
     eager = Phase(
         ROLLOUT_ROWS["transformers"],
         tuple(eager_rollout_s(a, gpu, work, measured) for a in agents),
-        True,
+        together,
         "A4: measured H200 decode step",
     )
     vllm = Phase(
         ROLLOUT_ROWS["vllm"],
         tuple(vllm_rollout_s(a, gpu, work, k) for a, k in zip(agents, kv, strict=True)),
-        True,
+        together,
         "A5: not measured (vLLM never ran here)",
     )
-    sync = Phase(SYNC_ROW, tuple(weight_sync_s(a, gpu) for a in agents), True, "A9: bandwidth")
+    sync = Phase(SYNC_ROW, tuple(weight_sync_s(a, gpu) for a in agents), together, "A9")
     backends = {"transformers": eager, "vllm": vllm}
     phases = (
-        _own("rollout", agents, backends, "each agent's rollout_backend"),
+        _own("rollout", agents, backends, "each agent's rollout_backend", together),
         Phase("verify", (verify_s(len(agents), work),), False, "A10: measured items/s (CPU)"),
         Phase(
             "scoring",
@@ -513,10 +520,10 @@ def estimate_step(
         Phase(
             "update",
             tuple(update_s(a, gpu, work, measured) for a in agents),
-            True,
+            together,
             "A3 + A8: measured H200 FLOP rate",
         ),
-        _own("weight sync", agents, {"vllm": sync}, "vLLM agents only"),
+        _own("weight sync", agents, {"vllm": sync}, "A9: vLLM agents only", together),
         Phase("exchange", (exchange_s(len(agents), work),), False, "A10: measured (tiny pair)"),
     )
     alternatives = {eager.name: eager, vllm.name: vllm, sync.name: sync}
@@ -567,7 +574,9 @@ def gpu_for(memory_gib: float, kind: str | None = None) -> Gpu:
     return GPUS["h200"] if memory_gib >= 100 else GPUS["h100-80gb"]
 
 
-def assumption_lines(gpu: Gpu, work: StepWorkload, measured: Measured = MEASURED) -> list[str]:
+def assumption_lines(
+    gpu: Gpu, work: StepWorkload, measured: Measured = MEASURED, together: bool = True
+) -> list[str]:
     mix = work.mix
     rate = train_flops_per_s(gpu, measured)
     return [
@@ -588,7 +597,8 @@ def assumption_lines(gpu: Gpu, work: StepWorkload, measured: Measured = MEASURED
         f"{HBM_EFFICIENCY:.0%} of HBM, {VLLM_STEP_OVERHEAD_S * 1e3:.0f} ms per step, all rows "
         "at once; A8 FSDP2 collectives not overlapped; A9 sleep level 1 + bucketed sync",
         f"  A10 verify {VERIFY_ITEMS_PER_S:.0f} items/s x {VERIFY_WORKERS} workers; A11 agents "
-        "concurrent in rollout, update, sync; checkpoints and evaluation not counted",
+        f"{'at once (Ray actors)' if together else 'one after the other (local backend)'} in "
+        "rollout, update, sync; checkpoints and evaluation not counted",
     ]
 
 

@@ -116,8 +116,10 @@ def estimate_lines(
     agents, plans = estimate_agents(config, work)
     reserve = memory_plan.RESERVE_BYTES
     kv = [step_estimate.vllm_kv_available(plan, k, capacity, reserve) for plan, k in plans]
-    estimate = step_estimate.estimate_step(agents, gpu, step, kv)
-    lines = step_estimate.assumption_lines(gpu, step) + step_estimate.format_estimate(estimate)
+    together = config.backend == "ray"  # actors of their own: agents at once (A11)
+    estimate = step_estimate.estimate_step(agents, gpu, step, kv, together=together)
+    lines = step_estimate.assumption_lines(gpu, step, together=together)
+    lines += step_estimate.format_estimate(estimate)
     gib = memory_plan.GIB
     lines.append(
         f"  {'GiB per GPU (FSDP2 shards / GPUs)':<34}"

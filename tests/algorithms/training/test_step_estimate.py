@@ -147,6 +147,23 @@ def test_a_larger_kv_cache_decodes_slower(backend):
     assert rollout(wider, gpu, work) > 1.02 * rollout(agent, gpu, work)
 
 
+TURNS = ("rollout", "update", "weight sync")
+
+
+def test_in_one_process_the_agents_take_turns():
+    """The local backend (every policy in the driver): rollout, update and sync are the sum over
+    agents, not the slowest agent; the phases still sum to the total."""
+    gpu, work = se.GPUS["h200"], workload()
+    apart = se.estimate_step(pair(1), gpu, work)
+    turns = se.estimate_step(pair(1), gpu, work, together=False)
+    for a, t in zip(apart.phases, turns.phases, strict=True):
+        assert a.seconds == (max(a.per_agent) if a.name in TURNS else t.seconds)
+        if a.name in TURNS:
+            assert t.seconds == pytest.approx(sum(t.per_agent))
+    assert turns.total == pytest.approx(sum(p.seconds for p in turns.phases))
+    assert turns.total > apart.total
+
+
 def test_vllm_slows_down_when_its_kv_cache_does_not_fit():
     agent, gpu, work = pair(2)[0], se.GPUS["h100-80gb"], workload()
     needed = se.vllm_peak_kv_tokens(work) * se.vllm_kv_bytes_per_token(SMOLLM3) / 2
