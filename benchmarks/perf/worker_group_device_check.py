@@ -111,11 +111,12 @@ SMOKE = Size(
 
 
 def options_for(size: Size, device: str) -> dict[str, Any]:
-    """The paper configs' policy options (configs/paper_smollm3_qwen3_1node.yaml)."""
+    """The paper configs' policy options (configs/paper_smollm3_qwen3_1node.yaml), on CPU too
+    (bf16 autocast; FSDP2 keeps full precision there: `fsdp.mixed_precision`)."""
     return dict(
         device=device,
         dtype="float32",
-        autocast="bfloat16" if device.startswith("cuda") else None,
+        autocast="bfloat16",
         gradient_checkpointing=True,
         generation_batch_size=64,
         score_batch_size=16,

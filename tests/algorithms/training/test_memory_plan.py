@@ -147,8 +147,16 @@ def test_plan_estimates_the_step_of_the_paper_layout(gib, capsys):
 
 
 def test_plan_shards_the_state_only_for_worker_groups(capsys):
-    """One process per agent (the local paper config): the estimate puts each agent on 1 GPU."""
-    config = REPO / "configs" / "paper_smollm3_qwen3.yaml"
-    assert cli.main(["plan", str(config), "--gpu-memory", "141", "--gpus", "4"]) == 0
-    out = capsys.readouterr().out
-    assert "smollm3-3b, 1 GPU(s)" in out and ", 2 GPU(s)" not in out
+    """One actor per agent (no ray.ranks_per_agent): each agent computes on 1 GPU, unsharded,
+    and the step takes the slower agent; the local backend's agents take turns (longer)."""
+    config = str(REPO / "configs" / "paper_smollm3_qwen3_1node.yaml")
+    argv = ["plan", config, "--gpu-memory", "141", "--gpus", "4"]
+    totals = {}
+    for backend in ("ray", "local"):
+        extra = ["--set", "ray.ranks_per_agent=null", "--set", f"backend={backend}"]
+        assert cli.main([*argv, *extra]) == 0
+        out = capsys.readouterr().out
+        assert "smollm3-3b, 1 GPU(s)" in out and ", 2 GPU(s)" not in out
+        (total,) = [line for line in out.splitlines() if line.startswith("  total (")]
+        totals[backend] = float(total.split(": ")[1].split(" s")[0])
+    assert totals["local"] > totals["ray"]
