@@ -38,7 +38,8 @@ measured 116 TFLOP/s, not measured here): about 4 minutes, mostly the two paper-
 torch, transformers and the project's pure-Python dependencies; no vLLM, no Ray (with Ray
 installed the rank's own `RankWorker` methods run; without it `DirectRank`), no download.
 Results go to `--out`: results.json (after every stage, so a timeout leaves what ran) and
-summary.txt.
+summary.txt; no stage starts after `--time-budget-s` (420 s), the ones left are listed as
+skipped (exit status 1, as for an error).
 
     python -m benchmarks.perf.worker_group_device_check --out docs/results/worker_group_h200
     python -m benchmarks.perf.worker_group_device_check --smoke --out /tmp/wg-smoke
@@ -302,6 +303,7 @@ class Stages:
 
     def __init__(self, args: argparse.Namespace, results: dict) -> None:
         self.args, self.results = args, results
+        self.started = time.perf_counter()
 
     def write(self) -> None:
         out = self.args.out
@@ -313,7 +315,13 @@ class Stages:
         from benchmarks.perf.common import synchronize
         from benchmarks.perf.random_models import peak_bytes, reset_peak
 
-        device = self.args.device
+        device, budget = self.args.device, self.args.time_budget_s
+        if time.perf_counter() - self.started > budget:  # leave the rest, keep what ran
+            record = {"skipped": f"--time-budget-s {budget:g} spent", "peak_gib": math.nan}
+            self.results.setdefault("skipped", []).append(name)
+            self.results["stages"][name] = record
+            self.write()
+            return record
         print(f"[{name}]", flush=True)
         if device.startswith("cuda"):
             import torch
@@ -396,7 +404,7 @@ def run_stages(stages, rank, arch, config, options, size: Size, scratch: Path, w
         lambda: {"path": str(write(directory, config, seed=0, device=args.device))},
     )
     setup = stages.run("setup", lambda: set_up(rank, directory, options))
-    if "error" in setup:
+    if "seconds" not in setup:
         return
     policy = rank.policy
 
@@ -520,6 +528,8 @@ def summary_lines(results: dict) -> list[str]:
         )
     for error in results.get("errors", []):
         lines.append(f"ERROR {error}")
+    if results.get("skipped"):
+        lines.append(f"SKIPPED (time budget): {', '.join(results['skipped'])}")
     return lines
 
 
@@ -538,6 +548,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--direct", action="store_true", help="without RankWorker (no Ray)")
     parser.add_argument("--out", type=Path, default=None, help="results.json, summary.txt")
     parser.add_argument("--scratch", type=Path, default=None, help="model and checkpoint dir")
+    parser.add_argument(
+        "--time-budget-s",
+        type=float,
+        default=420.0,
+        help="start no stage after this many seconds (default 420: the check fits 8 minutes)",
+    )
     add_threads_option(parser)
     args = parser.parse_args(argv)
     if args.smoke:
@@ -550,7 +566,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(lines))
     if args.out is not None:
         (args.out / "summary.txt").write_text("\n".join(lines) + "\n")
-    return 1 if results.get("errors") else 0
+    return 1 if results.get("errors") or results.get("skipped") else 0
 
 
 if __name__ == "__main__":

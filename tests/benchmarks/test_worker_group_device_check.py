@@ -63,6 +63,15 @@ def test_without_ray_the_same_stages_run_directly(tmp_path):
     assert_complete(results)
 
 
+def test_a_spent_time_budget_skips_the_remaining_stages(tmp_path):
+    out = tmp_path / "out"
+    argv = ["--smoke", "--threads", "1", "--out", str(out), "--time-budget-s", "0"]
+    assert check.main([*argv, "--scratch", str(tmp_path)]) == 1
+    results = json.loads((out / "results.json").read_text())
+    assert results["skipped"] == ["build", "setup"]  # nothing runs without a policy
+    assert "SKIPPED (time budget): build, setup" in (out / "summary.txt").read_text()
+
+
 def test_a_mismatch_after_load_is_seen():
     """`differences` names the tensors that differ (the checkpoint check rests on it)."""
     import torch
