@@ -2,6 +2,7 @@
 
 Modules:
 
+gap_report        the gap study's report: dose-response, contrasts, verdicts, the paper
 library_report    the pre-registered library comparison's report
 probe             the exchange funnel of a built pair's first steps, before a study runs
 plots             the study report's figures: learning curves and the exchange funnel

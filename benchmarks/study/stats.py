@@ -18,6 +18,9 @@ as the table.
   "difference > 0" (superiority) or "difference >= -margin" (non-inferiority).
 - `seeds_needed`: the smallest number of seeds whose t-interval on a paired difference
   with the given seed-to-seed standard deviation has a half-width <= the target.
+- `t_interval` and `detectable_effect`: over S per-seed paired differences, the 95 %
+  t-interval of their mean and the smallest effect a paired t-test (two-sided 5 %) detects
+  at 80 % power, (t975(S-1) + t80(S-1)) x sd / sqrt(S) (sd: the sample std, ddof 1).
 """
 
 from __future__ import annotations
@@ -35,6 +38,13 @@ _T975 = (
     2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
 )  # fmt: skip
 _Z975 = 1.960
+# one-sided 80 % quantiles of Student's t, df = 1..30 (the power term of a paired t-test)
+_T80 = (
+    1.376, 1.061, 0.978, 0.941, 0.920, 0.906, 0.896, 0.889, 0.883, 0.879,
+    0.876, 0.873, 0.870, 0.868, 0.866, 0.865, 0.863, 0.862, 0.861, 0.860,
+    0.859, 0.858, 0.858, 0.857, 0.856, 0.856, 0.855, 0.855, 0.854, 0.854,
+)  # fmt: skip
+_Z80 = 0.842
 
 Record = Mapping[str, Any]  # one cell record of compare.report.cell_records
 
@@ -44,6 +54,13 @@ def t975(df: int) -> float:
     if df < 1:
         raise ValueError(f"t975 needs df >= 1, got {df}")
     return _T975[df - 1] if df <= len(_T975) else _Z975
+
+
+def t80(df: int) -> float:
+    """One-sided 80 % quantile of Student's t with `df` degrees of freedom (normal above 30)."""
+    if df < 1:
+        raise ValueError(f"t80 needs df >= 1, got {df}")
+    return _T80[df - 1] if df <= len(_T80) else _Z80
 
 
 @dataclass(frozen=True)
@@ -216,3 +233,25 @@ def seeds_needed(seed_std: float, half_width: float = 1.0, *, at_least: int = 2)
     while t975(count - 1) * seed_std / np.sqrt(count) > half_width:
         count += 1
     return count
+
+
+def _seed_spread(values: Sequence[float]) -> tuple[int, float, float]:
+    """(S, mean, sample std) of S >= 2 per-seed values."""
+    array = np.asarray(values, dtype=np.float64)
+    if array.size < 2:
+        raise ValueError(f"need at least 2 per-seed values, got {array.size}")
+    return int(array.size), float(array.mean()), float(array.std(ddof=1))
+
+
+def t_interval(values: Sequence[float]) -> tuple[float, float]:
+    """95 % t-interval of the mean of S >= 2 per-seed values: mean +/- t975(S-1) sd / sqrt(S)."""
+    count, mean, std = _seed_spread(values)
+    half = t975(count - 1) * std / np.sqrt(count)
+    return mean - half, mean + half
+
+
+def detectable_effect(values: Sequence[float]) -> float:
+    """The smallest true mean difference a paired t-test on S >= 2 per-seed values (two-sided
+    5 %) detects with 80 % power: (t975(S-1) + t80(S-1)) x sd / sqrt(S), sd the values' own."""
+    count, _, std = _seed_spread(values)
+    return float((t975(count - 1) + t80(count - 1)) * std / np.sqrt(count))

@@ -1,0 +1,364 @@
+"""The gap study's report on synthetic finished cells of the real gap grids.
+
+Every cell is evaluated on six problems per set, k = 4. A model's gap set (gap-*-a:
+subtraction, gap-*-b: addition) has its pair's base counts, plus a planted gain on every
+problem (`GAIN`) and per-seed extra samples on problem 0 (`NOISE`); its strength set has 2 of
+4 on every problem (GRPO n=32: 1 of 4). So every contrast's per-seed value is known by
+construction (`expected`): one sample on one problem moves a score by 100 / 24 points. Left
+out on purpose: every gap-d5 cell, GRPO n=32 at gap-d30, GRAFT w/o floor at gap-d0 seed 5;
+one cell is stale (another hash). gap-d0 is "built" into a temporary cache (a build.json and
+one weight file per member).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from benchmarks.compare.cells import plan_cells
+from benchmarks.compare.grid import load_grid
+from benchmarks.study.gap_report import GRIDS, NOT_RESOLVABLE, gap_models, main
+from benchmarks.study.report import GRAFT, GRPO8, GRPO32, NO_COMPAT, NO_FLOOR
+from benchmarks.study.stats import detectable_effect, t80, t975, t_interval
+from graft_env.policies.tiny.config import cache_key, pair_of
+
+REPO = Path(__file__).resolve().parents[2]
+K, P = 4, 6
+POINT = 100 / (K * P)  # one correct sample on one problem, in points
+GAP_SET = {"a": "procedural/subtraction", "b": "procedural/addition"}
+BASE = {
+    "gap-d0": [0] * P,
+    "gap-d15": [1, 1, 0, 0, 1, 0],
+    "gap-d30": [2, 1, 1, 2, 1, 1],
+    "gap-strong": [0] * P,
+    "gap-weak": [0] * P,
+}
+GAIN = {(NO_COMPAT, "gap-d0"): 2, (NO_COMPAT, "gap-d15"): 1, (GRPO32, "gap-d0"): 2}
+GAIN[(NO_COMPAT, "gap-weak")] = 1  # a failed null
+NOISE = {  # (label, pair, role) -> per seed, extra correct samples on problem 0
+    (NO_FLOOR, "gap-d0", "a"): [1, 2, 3, 1, 2, 3],
+    (GRAFT, "gap-d0", "b"): [1, 0, 1, 0, 1, 0],
+    (GRPO8, "gap-d0", "b"): [0, 1, 0, 1, 0, 1],
+    (NO_COMPAT, "gap-strong", "a"): [1, 0, 1, 0, 1, 0],
+    (GRPO8, "gap-strong", "a"): [0, 1, 0, 1, 0, 1],
+}
+CANDIDATES = {"gap-d0": 6.0, "gap-d15": 4.0, "gap-d30": 2.0, "gap-strong": 1.0, "gap-weak": 0.0}
+ARMS = (GRAFT, NO_FLOOR, NO_COMPAT)
+STALE = "grpo-n-8/gap-weak-b/seed3"
+WEIGHTS = b"not really safetensors"
+
+
+def split(model: str) -> tuple[str, str]:
+    return model[:-2], model[-1]  # gap-d0-a -> (gap-d0, a)
+
+
+def gap_counts(label: str, model: str, seed: int | None) -> list[int]:
+    pair, role = split(model)
+    counts = [c + GAIN.get((label, pair), 0) for c in BASE[pair]]
+    counts[0] += NOISE.get((label, pair, role), [0] * 6)[seed or 0]
+    assert all(0 <= c <= K for c in counts)
+    return counts
+
+
+def expected(label: str, model: str, seed: int | None) -> float:
+    return sum(gap_counts(label, model, seed)) * POINT
+
+
+def skipped(cell) -> bool:
+    model = next(iter(cell.models))
+    return (
+        split(model)[0] == "gap-d5"
+        or (cell.label == GRPO32 and model.startswith("gap-d30"))
+        or (cell.label == NO_FLOOR and model.startswith("gap-d0-") and cell.seed == 5)
+    )
+
+
+def model_result(label: str, model: str, seed: int | None) -> dict:
+    role = split(model)[1]
+    benchmarks = {}
+    for name in GAP_SET.values():
+        strength = [1 if label == GRPO32 else 2] * P  # GRPO n=32 forgets some of it
+        counts = gap_counts(label, model, seed) if name == GAP_SET[role] else strength
+        benchmarks[name] = {
+            "pass@1": sum(counts) / (K * P),
+            "k": K,
+            "problem_ids": [f"{name}/test/{i}" for i in range(P)],
+            "successes": [counts],
+        }
+    n = 32 if label == GRPO32 else 8
+    trained = label != "base"
+    return {
+        "model": model,
+        "eval": {"benchmarks": benchmarks, "average": {"pass@1": 0.5}},
+        "rollouts_to_checkpoint": 150 * 16 * n if trained else None,
+        "checkpoint_steps": 150 if trained else None,
+    }
+
+
+def metrics_rows(cell) -> list[dict]:
+    rows = []
+    for step in range(4):
+        for agent in cell.agents:
+            pair, role = split(agent)
+            row = {"step": step, "agent": agent, "reward_mean": 0.1}
+            if cell.label in ARMS:
+                source = f"{pair}-{'b' if role == 'a' else 'a'}"
+                prefix = f"exchange/{source}->{agent}"
+                gate = CANDIDATES[pair] + (role == "b")  # b's direction: one more
+                row |= {f"{prefix}/gate_candidates": gate, f"{prefix}/candidates": gate}
+                row |= {f"{prefix}/prompts": 2, f"{prefix}/transferred": 8}
+                row |= {f"{prefix}/admitted": 4, "loss_fn/peer_tokens": 10}
+                row |= {"clipped_share_peer": 0.01, "exchange/s/count": 8}
+                row |= {"exchange/s/mean": 0.5, "exchange/s/p10": 0.4, "exchange/s/p90": 0.6}
+            if step % 2:
+                gap = GAP_SET[role]
+                row |= {f"eval/{gap}/pass@1": 0.25 * step, "eval/average/pass@1": 0.5}
+                other = next(s for s in GAP_SET.values() if s != gap)
+                row[f"eval/{other}/pass@1"] = 0.5
+            rows.append(row)
+    return rows
+
+
+def write_cells(out: Path) -> set[str]:
+    """Every planned cell of the three grids but the skipped ones; returns the cell ids."""
+    written = set()
+    for path in GRIDS:
+        for cell in plan_cells(load_grid(REPO / path), out):
+            if cell.cell_id in written or skipped(cell):
+                continue
+            written.add(cell.cell_id)
+            cell.directory.mkdir(parents=True, exist_ok=True)
+            result = {
+                "cell": cell.cell_id,
+                "config_hash": "0" * 16 if cell.cell_id == STALE else cell.config_hash,
+                "label": cell.label,
+                "pair": list(cell.pair.agents),
+                "own_skills": {a: list(s) for a, s in cell.pair.own_skills.items()},
+                "seed": cell.seed,
+                "provenance": {"git_commit": "abc", "git_dirty": False},
+                "timings": {"cell_seconds": 60.0},
+                "models": {a: model_result(cell.label, a, cell.seed) for a in cell.agents},
+            }
+            (cell.directory / "result.json").write_text(json.dumps(result))
+            if cell.config is not None:
+                rows = metrics_rows(cell)
+                (cell.directory / "run").mkdir()
+                text = "".join(json.dumps(row) + "\n" for row in rows)
+                (cell.directory / "run" / "metrics.jsonl").write_text(text)
+    return written
+
+
+def fake_build(cache: Path) -> str:
+    """gap-d0 as built: build.json and one weight file per member; returns its key."""
+    key = cache_key(pair_of("gap-d0-a"), 0)
+    root = cache / f"gap-d0-{key}"
+    digest = hashlib.sha256(WEIGHTS).hexdigest()
+    for member in ("gap-d0-a", "gap-d0-b"):
+        (root / member).mkdir(parents=True)
+        (root / member / "model.safetensors").write_bytes(WEIGHTS)
+    weights = {"gap-d0-a": digest, "gap-d0-b": digest}
+    build = {"key": key, "seed": 0, "threads": 1, "weights_sha256": weights}
+    (root / "build.json").write_text(json.dumps(build))
+    return key
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    """The report of the synthetic cells: (results.json, report.md, printed lines, paths)."""
+    base = tmp_path_factory.mktemp("gap")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("GRAFT_CACHE_DIR", str(base / "cache"))
+        key = fake_build(base / "cache")
+        out = base / "runs"
+        written = write_cells(out)
+        report_dir = base / "report"
+        argv = ["--out", str(out), "--resamples", "400", "--report-dir", str(report_dir)]
+        argv += ["--grids", *(str(REPO / g) for g in GRIDS)]
+        assert main(argv) == 0
+    results = json.loads((report_dir / "results.json").read_text())
+    return {
+        "results": results,
+        "md": (report_dir / "report.md").read_text(),
+        "dir": report_dir,
+        "written": written,
+        "key": key,
+    }
+
+
+def entry(results: dict, name: str, scope: str) -> dict:
+    found = [e for e in results["contrasts"] if e["contrast"] == name and e["scope"] == scope]
+    assert len(found) == 1, (name, scope)
+    return found[0]
+
+
+def test_t_interval_and_detectable_effect_by_hand():
+    values = [1.0, 2.0, 3.0, 1.0, 2.0]  # mean 1.8, sd sqrt(2.8 / 4)
+    sd = np.sqrt(0.7)
+    low, high = t_interval(values)
+    assert (low, high) == pytest.approx(
+        (1.8 - 2.776 * sd / np.sqrt(5), 1.8 + 2.776 * sd / np.sqrt(5))
+    )
+    assert detectable_effect(values) == pytest.approx((2.776 + 0.941) * sd / np.sqrt(5))
+    # S = 6: the pre-registration's 1.43 x sd
+    six = [0.0, 1.0, 0.0, 1.0, 0.0, 1.0]
+    assert detectable_effect(six) / np.std(six, ddof=1) == pytest.approx(1.425, abs=1e-3)
+    assert (t80(5), t80(29), t80(200), t975(5)) == (0.920, 0.854, 0.842, 2.571)
+    with pytest.raises(ValueError, match="at least 2"):
+        t_interval([1.0])
+    with pytest.raises(ValueError, match="df >= 1"):
+        t80(0)
+
+
+def test_each_model_is_scored_on_its_own_gap_family():
+    grids = [load_grid(REPO / GRIDS[0])]
+    found = gap_models(grids)
+    assert found["gap-d0-a"].family == "borrow"
+    assert found["gap-d0-a"].gap_set == "procedural/subtraction"
+    assert found["gap-d0-a"].strength_set == "procedural/addition"
+    assert found["gap-d30-b"].family == "carry"
+    assert found["gap-d30-b"].gap_set == "procedural/addition"
+    assert found["gap-d15-b"].nominal_dose == 0.15 and found["gap-d15-b"].role == "b"
+
+
+def test_the_cells_read_stale_and_missing(study):
+    cells = study["results"]["cells"]
+    assert cells["planned"] == 128 + 24 + 40  # gap-n32 shares 28 cells with gap.yaml
+    assert cells["stale"] == [STALE]
+    assert cells["finished"] == len(study["written"]) - 1
+    assert cells["missing"] == cells["planned"] - len(study["written"])
+    assert cells["per_grid"]["gap-n32"]["planned"] == 52
+
+
+def test_a_planted_effect_is_found_in_every_scope(study):
+    results = study["results"]
+    for scope in ("a", "b", "pooled"):
+        e = entry(results, "H1w", scope)
+        assert e["seeds"] == [0, 1, 2, 3, 4, 5] and e["excluded_seeds"] == {}
+        assert e["verdict"] == "supported" and e["bootstrap"]["low"] > 0
+    a = entry(results, "H1w", "a")
+    assert (a["bootstrap"]["mean"], a["bootstrap"]["low"]) == pytest.approx((50.0, 50.0))
+    b = [expected(NO_COMPAT, "gap-d0-b", s) - expected(GRPO8, "gap-d0-b", s) for s in range(6)]
+    assert list(entry(results, "H1w", "b")["per_seed"].values()) == pytest.approx(b)
+    pooled = entry(results, "H1w", "pooled")
+    assert pooled["bootstrap"]["mean"] == pytest.approx((50.0 + np.mean(b)) / 2)
+    # the strength family (the forgetting guard): 2 of 4, GRPO n=32's 1 of 4
+    strength = {r["label"]: r["strength"]["mean"] for r in results["scores"]}
+    assert strength[GRPO32] == 25.0 and strength[GRAFT] == strength["base"] == 50.0
+
+
+def test_a_null_is_not_found_and_an_unresolvable_one_says_so(study):
+    results = study["results"]
+    a = entry(results, "H1", "a")  # GRAFT == GRPO n=8 exactly
+    assert a["bootstrap"]["mean"] == 0.0 and a["verdict"] == "unresolved" and a["mde"] == 0.0
+    b = entry(results, "H1", "b")  # +1, -1, ... samples: mean 0, sd > 0
+    assert list(b["per_seed"].values()) == pytest.approx([POINT, -POINT] * 3)
+    assert b["bootstrap_verdict"] == "unresolved" and b["verdict"] == NOT_RESOLVABLE
+    assert b["mde"] == pytest.approx(
+        (2.571 + 0.920) * np.std([POINT, -POINT] * 3, ddof=1) / np.sqrt(6)
+    )
+    assert "not resolvable here" in study["md"]
+
+
+def test_a_missing_seed_leaves_its_contrast_and_the_t_interval_by_hand(study):
+    results = study["results"]
+    h1f = entry(results, "H1f", "a")
+    assert h1f["seeds"] == [0, 1, 2, 3, 4]
+    assert h1f["excluded_seeds"] == {"5": [f"{NO_FLOOR} on gap-d0-a"]}
+    gains = np.array([1, 2, 3, 1, 2]) * POINT
+    assert list(h1f["per_seed"].values()) == pytest.approx(gains)
+    assert h1f["bootstrap"]["mean"] == pytest.approx(gains.mean())
+    half = 2.776 * gains.std(ddof=1) / np.sqrt(5)
+    assert (h1f["t_interval"]["low"], h1f["t_interval"]["high"]) == pytest.approx(
+        (gains.mean() - half, gains.mean() + half)
+    )
+    assert h1f["mde"] == pytest.approx((2.776 + 0.941) * gains.std(ddof=1) / np.sqrt(5))
+    # the gain is on one problem of six: resampled problems often miss it, so the bootstrap
+    # interval reaches 0 while the t-interval (seeds only) lies above it: flagged
+    assert h1f["bootstrap"]["low"] == 0.0 and h1f["t_verdict"] == "supported"
+    assert h1f["disagree"] and h1f["verdict"] == "unresolved"
+    assert "FLAG" in study["md"]
+    assert entry(results, "H1", "a")["seeds"] == [0, 1, 2, 3, 4, 5]  # GRAFT's cells all ran
+    assert entry(results, "H4", "pooled")["seeds"] == [0, 1, 2, 3, 4]
+    # the stale cell is not read: its seed leaves N2 for gap-weak-b
+    n2 = entry(results, "N2", "b")
+    assert n2["seeds"] == [0, 1, 2, 4, 5] and n2["excluded_seeds"] == {
+        "3": [f"{GRPO8} on gap-weak-b"]
+    }
+
+
+def test_every_contrast_equals_the_mean_of_its_per_seed_values(study):
+    ran = [e for e in study["results"]["contrasts"] if e["verdict"] != "not run"]
+    assert len(ran) > 40
+    for e in ran:
+        assert e["bootstrap"]["mean"] == pytest.approx(np.mean(list(e["per_seed"].values())))
+        for s, value in e["per_seed"].items():
+            terms = [(t["label"], t["model"], t["weight"]) for t in e["terms"]]
+            assert value == pytest.approx(sum(w * expected(lab, m, int(s)) for lab, m, w in terms))
+
+
+def test_non_inferiority_nulls_and_not_run(study):
+    results = study["results"]
+    assert entry(results, "H5 GRAFT gap-d0", "pooled")["verdict"] == "refuted"
+    assert entry(results, "H5 GRAFT w/o compat. gap-d0", "a")["verdict"] == "supported"  # 0 > -1
+    not_run = entry(results, "H5 GRAFT gap-d30", "a")
+    assert not_run["verdict"] == "not run"
+    assert not_run["not_run"] == f"no finished cells of {GRPO32} on gap-d30-a"
+    assert entry(results, "D gap-d5 GRAFT", "pooled")["verdict"] == "not run"
+    assert entry(results, "H3 GRAFT w/o compat.", "a")["bootstrap"]["mean"] == pytest.approx(50.0)
+    assert entry(results, "N1", "pooled")["verdict"] == "supported"  # contains 0
+    n2 = entry(results, "N2", "pooled")
+    assert n2["verdict"] == "refuted" and n2["bootstrap"]["mean"] == pytest.approx(25.0)
+    assert "| H5 GRAFT gap-d30 | a (gap-d30-a) | – | – | – | – | – | not run |" in study["md"]
+
+
+def test_h2_is_the_slope_over_the_measured_candidates(study):
+    h2 = entry(study["results"], f"H2 {NO_COMPAT}", "both models")
+    assert h2["doses"] == ["gap-d0", "gap-d15", "gap-d30"] and h2["doses_missing"] == ["gap-d5"]
+    xs = [p["candidates_per_step"] for p in h2["points"]]
+    assert xs == [6.0, 7.0, 4.0, 5.0, 2.0, 3.0]  # a's direction, then b's, per dose
+    ys = [
+        np.mean(
+            [expected(NO_COMPAT, p["model"], s) - expected(GRPO8, p["model"], s) for s in range(6)]
+        )
+        for p in h2["points"]
+    ]
+    slope = np.polyfit(xs, ys, 1)[0]
+    assert h2["bootstrap"]["mean"] == pytest.approx(slope)
+    assert slope > 10 and h2["verdict"] == "supported"
+    assert [p["difference"] for p in h2["points"]] == pytest.approx(ys)
+    assert entry(study["results"], f"H2 {GRAFT}", "both models")["verdict"] != "supported"
+    assert "no finished cells at gap-d5 (a deviation from the four doses)" in study["md"]
+
+
+def test_doses_provenance_and_the_paper(study):
+    results = study["results"]
+    doses = results["doses"]
+    assert doses["gap-d0"]["members"]["a"]["measured"] == 0.0
+    assert doses["gap-d15"]["measured"] == pytest.approx(12.5)
+    assert doses["gap-d30"]["members"]["b"]["measured"] == pytest.approx(100 * 8 / 24)
+    assert doses["gap-d30"]["members"]["b"]["peer_on_gap"] == pytest.approx(50.0)
+    assert doses["gap-d30"]["nominal"] == pytest.approx(30.0)
+    assert doses["gap-d5"]["measured"] is None  # its base cells did not run
+    pairs = results["provenance"]["pairs"]
+    assert pairs["gap-d0"]["cache_key"] == study["key"] and pairs["gap-d0"]["threads"] == 1
+    member = pairs["gap-d0"]["members"]["gap-d0-a"]
+    assert member["weights_sha256"] == hashlib.sha256(WEIGHTS).hexdigest()
+    assert member["matches_build_json"] is True
+    assert pairs["gap-d15"]["members"]["gap-d15-a"]["weights_sha256"] == "unbuilt"
+    assert results["provenance"]["machine"]["torch"]
+    paper = {c["claim"]: c for c in results["against_paper"]}
+    assert paper[f"GRAFT beats {GRPO8}"]["agreement"] == "unresolved"
+    assert (
+        paper[f"GRAFT approaches {GRPO32} at a quarter of the rollouts"]["agreement"] == "disagree"
+    )
+    assert "25%" in paper[f"GRAFT approaches {GRPO32} at a quarter of the rollouts"]["here"]
+    assert paper["the floor matters"]["paper"] == "-1.9 / -3.6 points without the floor"
+    # H1w holds and N2 is above 0: read as an artefact of the exchange path
+    assert paper["when exchange helps (the dose-response)"]["artefact"] is True
+    assert "## Against the paper" in study["md"]
+    for name in ("dose_response.png", "learning_curves.png"):
+        assert (study["dir"] / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
