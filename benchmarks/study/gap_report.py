@@ -85,6 +85,7 @@ ROLES = ("a", "b")
 SCOPES = (*ROLES, "pooled")
 GAP_MODEL = "gap"  # the one model name of the records `paired_contrast` sees here
 NOT_RESOLVABLE = "not resolvable here"
+PROBE_STEPS = 3  # the probe's steps (section 1), at seed 0
 PAPER = {  # the paper's numbers as the pre-registration quotes them (section 4)
     "H4": "-1.9 / -3.6 points without the floor",
     "H6": "-8.4 / -2.5 points without the compatibility weights",
@@ -574,6 +575,46 @@ def funnel_totals(study: Study) -> dict[str, dict[str, Any]]:
     return data
 
 
+def first_steps(study: Study) -> list[dict[str, Any]]:
+    """Per exchange arm, pair and direction: the seed-0 cell's first `PROBE_STEPS` steps'
+    funnel, mean per step (gate candidates, kept prompts, floor pass = admitted /
+    transferred, mean s), to hold beside the probe's tables in the pre-registration."""
+    rows = []
+    for result in study.results:
+        if result["label"] not in ARMS or result["seed"] != 0:
+            continue
+        for agent in result["models"]:
+            gap = study.gaps[agent]
+            source = study.member(gap.pair, ROLES[1 - ROLES.index(gap.role)])
+            prefix = f"exchange/{source}->{agent}"
+            steps = [
+                row
+                for row in study.logs.get(result["cell"], [])
+                if row.get("agent") == agent
+                and row["step"] < PROBE_STEPS
+                and f"{prefix}/prompts" in row
+            ]
+            if not steps:
+                continue
+            transferred = sum(row[f"{prefix}/transferred"] for row in steps)
+            scores = [row.get(f"{prefix}/mean_s", row.get("exchange/s/mean")) for row in steps]
+            rows.append(
+                {
+                    "label": result["label"],
+                    "pair": gap.pair,
+                    "direction": f"{source}->{agent}",
+                    "steps": len(steps),
+                    "gate_candidates": candidates_per_step(steps, source, agent),
+                    "kept": float(np.mean([row[f"{prefix}/prompts"] for row in steps])),
+                    "floor_pass": sum(row[f"{prefix}/admitted"] for row in steps) / transferred
+                    if transferred
+                    else None,
+                    "mean_s": _mean_of(scores),
+                }
+            )
+    return rows
+
+
 def gap_curves(study: Study) -> dict[tuple[str, str], Any]:
     """(model, label) -> periodic-evaluation pass@1 on the model's gap set, mean +/- std."""
     series: dict[tuple[str, str], list[dict[int, float]]] = defaultdict(list)
@@ -765,6 +806,7 @@ def analyse(
         "contrasts": entries + h2,
         "against_paper": against_paper(entries + h2, scores),
         "funnel": funnel_totals(study),
+        "first_steps": first_steps(study),
         "learning_curves": [{"model": m, "label": label, **c} for (m, label), c in curves.items()],
         "provenance": {
             **provenance_summary(cells.results),
@@ -927,6 +969,7 @@ def render(report: Mapping[str, Any]) -> str:
     rows = [[c["claim"], c["paper"], c["here"], c["agreement"]] for c in report["against_paper"]]
     lines += [*_table(["claim", "paper", "here", "agreement"], rows), ""]
     lines += _funnel_lines(report["funnel"])
+    lines += _first_step_lines(report["first_steps"])
     lines += _provenance_lines(report["provenance"])
     return "\n".join(lines) + "\n"
 
@@ -963,6 +1006,35 @@ def _funnel_lines(data: Mapping[str, Mapping[str, Any]]) -> list[str]:
                 ]
             )
     return ["## Exchange funnel over training (mean over seeds)", "", *_table(header, rows), ""]
+
+
+def _first_step_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    if not rows:
+        return []
+    header = ["arm", "pair", "direction", "steps", "gate candidates", "kept", "floor pass"]
+    header.append("mean s")
+    body = [
+        [
+            r["label"],
+            r["pair"],
+            r["direction"],
+            str(r["steps"]),
+            _num(r["gate_candidates"], False),
+            f"{r['kept']:.1f}",
+            "–" if r["floor_pass"] is None else f"{100 * r['floor_pass']:.1f} %",
+            "–" if r["mean_s"] is None else f"{r['mean_s']:.3f}",
+        ]
+        for r in rows
+    ]
+    return [
+        f"## The cells' first {PROBE_STEPS} steps at seed 0 (beside the probe, section 1)",
+        "",
+        *_table(header, body),
+        "",
+        "Means per step; the probe's tables (docs/study/GAP-PREREGISTRATION.md, section 1 and "
+        "its appendix) ran the same pairs, seed and steps before any cell.",
+        "",
+    ]
 
 
 def _provenance_lines(provenance: Mapping[str, Any]) -> list[str]:

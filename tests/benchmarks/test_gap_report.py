@@ -360,5 +360,10 @@ def test_doses_provenance_and_the_paper(study):
     # H1w holds and N2 is above 0: read as an artefact of the exchange path
     assert paper["when exchange helps (the dose-response)"]["artefact"] is True
     assert "## Against the paper" in study["md"]
+    first = {(r["label"], r["direction"]): r for r in results["first_steps"]}
+    assert len(first) == 3 * 3 * 2 + 2 * 2  # three arms at three doses, one at the controls
+    row = first[(NO_COMPAT, "gap-d0-b->gap-d0-a")]
+    assert (row["steps"], row["gate_candidates"], row["kept"]) == (3, 6.0, 2.0)
+    assert (row["floor_pass"], row["mean_s"]) == (0.5, 0.5)
     for name in ("dose_response.png", "learning_curves.png"):
         assert (study["dir"] / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
