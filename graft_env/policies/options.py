@@ -297,6 +297,18 @@ class VLLMEngineOptions:
     def __post_init__(self) -> None:
         check_fields(self, type(self).__name__)
 
+    def sleeps(self, device_type: str) -> bool:
+        """Whether the engine runs in sleep mode on a `device_type` ('cuda', 'cpu') device:
+        `sleep_mode`, null meaning on with CUDA; true off CUDA is refused (one line)."""
+        if self.sleep_mode and device_type != "cuda":
+            raise OptionError(
+                type(self).__name__,
+                "sleep_mode",
+                f"true needs device cuda (vLLM's sleep mode releases GPU memory), the device is "
+                f"{device_type!r}; leave it null",
+            )
+        return device_type == "cuda" if self.sleep_mode is None else self.sleep_mode
+
     @classmethod
     def from_prefixed(cls, options: dict[str, object]) -> VLLMEngineOptions:
         """Options from `vllm_<field>` keys; unknown ones list the valid names."""

@@ -1,14 +1,16 @@
 """The vLLM rollout backend: transformers trains, a vLLM engine samples.
 
 `VLLMPolicy` is an `HFPolicy` (score, update, save and load are the transformers
-code, unchanged) whose `generate` is served by a `vllm.LLM` built from the same
-weights. After every `update` and `load` the trainer's current parameters are
-copied into the engine in memory: `LLM.collective_rpc` calls a method that
-`WeightSyncExtension` mixes into vLLM's worker, which runs the engine model's own
-`load_weights` (it maps the Hugging Face names onto fused qkv / gate-up
-parameters, as TRL's weight sync relies on) and reports any parameter left unset;
-then the prefix cache is reset so no KV block computed with the old weights is
-reused.
+code, unchanged) whose `generate` is served by a `VLLMEngine` (a `vllm.LLM` built from
+the same weights; a worker group's rank 0 owns one too, `algorithms.training.ray.rank`).
+With sleep mode (CUDA) the engine sleeps (level 1: weights to CPU memory, KV cache
+dropped) through each update and wakes for the sync after it. After every `update` and
+`load` the trainer's current parameters are copied into the engine in memory:
+`LLM.collective_rpc` calls a method that `WeightSyncExtension` mixes into vLLM's
+worker, which runs the engine model's own `load_weights` (it maps the Hugging Face
+names onto fused qkv / gate-up parameters, as TRL's weight sync relies on) and reports
+any parameter left unset; then the prefix cache is reset so no KV block computed with
+the old weights is reused.
 
 The tensors do not cross the RPC: `WeightStager` keeps one staging buffer the engine
 maps once — a shared-memory file on CPU, device memory shared by a CUDA IPC handle on
@@ -201,6 +203,28 @@ def _layout(state_dict: dict[str, torch.Tensor]) -> list[tuple[str, torch.dtype,
     return [(name, t.dtype, tuple(t.shape)) for name, t in state_dict.items()]
 
 
+def _reprocess_tied(model: torch.nn.Module, loaded: set[str]) -> list[str]:
+    """Re-run the post-load processing of modules that share a reloaded weight but were
+    not loaded themselves: a tied output head (SmolLM2, SmolLM3, Qwen3). On CPU vLLM
+    prepacks the head's GEMM from the weight at load (`cpu_linear`), and the layerwise
+    reload refreshes only the embedding that received the tensor, so the head would keep
+    sampling from the old weights (seen: log-probs 0.1 off after one SmolLM2 update).
+    Returns the modules reprocessed."""
+    params = dict(model.named_parameters(remove_duplicate=False))
+    pointers = {params[name].data_ptr() for name in loaded if name in params}
+    done = []
+    for name, module in model.named_modules():
+        weight = getattr(module, "weight", None)
+        method = getattr(module, "quant_method", None)
+        if not isinstance(weight, torch.Tensor) or not hasattr(module, "cpu_linear"):
+            continue
+        if f"{name}.weight" in loaded or weight.data_ptr() not in pointers or method is None:
+            continue
+        method.process_weights_after_loading(module)
+        done.append(name)
+    return done
+
+
 class WeightSyncExtension:
     """Methods vLLM mixes into its worker class (in the engine process).
 
@@ -240,6 +264,7 @@ class WeightSyncExtension:
                 finalize_layerwise_reload(model, self.vllm_config.model_config)
         finally:
             reload_log.setLevel(level)
+        _reprocess_tied(model, set(loaded))
         self.graft_loaded = getattr(self, "graft_loaded", set()) | set(loaded)
         return sorted(expected - self.graft_loaded)
 
@@ -251,6 +276,165 @@ class WeightSyncExtension:
         for layer in layers:
             layer.scale *= factor
         return len(layers)
+
+
+class VLLMEngine:
+    """A `vllm.LLM` serving `policy`'s model: its rollouts, weight loads and sleep.
+
+    `policy` (an `HFPolicy`) gives the model path, tokenizer checks, EOS, compute dtype and
+    log-prob temperature. `max_model_len`, `tensor_parallel_size` and `sleep_mode` override
+    the options' (a worker group derives them: `algorithms.training.ray.engine_settings`).
+    `visible_devices` (CUDA) is the CUDA_VISIBLE_DEVICES the engine's processes start with:
+    a worker group's GPUs, this process's first, so that a CUDA IPC handle of this
+    process's device 0 names the same GPU in the engine's worker 0.
+    """
+
+    def __init__(
+        self,
+        policy: HFPolicy,
+        options: VLLMEngineOptions,
+        *,
+        max_model_len: int | None = None,
+        tensor_parallel_size: int = 1,
+        sleep_mode: bool = False,
+        visible_devices: str | None = None,
+    ) -> None:
+        self.policy, self.options = policy, options
+        self.sleep_mode, self.asleep = sleep_mode, False
+        self.llm = self._build(max_model_len, tensor_parallel_size, visible_devices)
+        # the longest prompt + response the engine serves: max_model_len as set, or the
+        # one vLLM derived from the model (not always the HF max_positions)
+        self.max_model_len: int = self.llm.llm_engine.model_config.max_model_len
+
+    def _build(self, max_model_len: int | None, tp: int, visible_devices: str | None) -> Any:
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"  # see the module docstring
+        policy, engine = self.policy, self.options
+        try:
+            import vllm
+        except ImportError as err:
+            raise ImportError(
+                f"{policy.name}: the vLLM rollout backend needs vLLM; {INSTALL_HINT}"
+            ) from err
+        kv_bytes = None if engine.kv_cache_gib is None else int(engine.kv_cache_gib * 2**30)
+        saved = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if visible_devices is not None:  # inherited by the engine's processes only
+            os.environ["CUDA_VISIBLE_DEVICES"] = visible_devices
+        try:
+            llm = vllm.LLM(
+                model=policy.path,
+                tokenizer=policy.path,
+                dtype=policy.compute_dtype,
+                seed=0,
+                max_model_len=max_model_len or engine.max_model_len,
+                tensor_parallel_size=tp,
+                distributed_executor_backend="mp" if tp > 1 else None,
+                enable_sleep_mode=self.sleep_mode,
+                enforce_eager=engine.enforce_eager,
+                max_num_seqs=engine.max_num_seqs,
+                gpu_memory_utilization=engine.gpu_memory_utilization,
+                kv_cache_memory_bytes=kv_bytes,
+                logprobs_mode="raw_logprobs",
+                generation_config="vllm",  # no sampling defaults or extra stop ids from the model
+                worker_extension_cls=f"{__name__}.WeightSyncExtension",
+            )
+        finally:
+            if visible_devices is not None:
+                if saved is None:
+                    os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+                else:
+                    os.environ["CUDA_VISIBLE_DEVICES"] = saved
+        if policy.temperature != 1.0 and not all(
+            llm.collective_rpc("graft_scale_logits", args=(1.0 / policy.temperature,))
+        ):
+            raise ValueError(
+                f"{policy.name}: the vLLM model has no LogitsProcessor layer to apply the "
+                f"policy temperature {policy.temperature} to; use temperature 1.0"
+            )
+        return llm
+
+    def load(self, handle: BufferHandle, slots: Sequence[WeightSlot]) -> list[str]:
+        """Load `slots` of the staging buffer `handle` into every engine worker; returns the
+        engine parameters no load has set yet (the union over tensor-parallel workers)."""
+        untouched = self.llm.collective_rpc("graft_load_weights", args=(handle, list(slots)))
+        return sorted({name for names in untouched for name in names})
+
+    def loaded(self) -> None:
+        """After a sync: no KV block computed with the old weights is reused."""
+        self.llm.reset_prefix_cache()
+
+    def sleep(self) -> None:
+        """Release the weights (to CPU memory) and the KV cache until `wake_up` (sleep
+        mode only; a no-op otherwise)."""
+        if self.sleep_mode and not self.asleep:
+            self.llm.sleep(level=1)
+            self.asleep = True
+
+    def wake_up(self) -> None:
+        if self.asleep:
+            self.llm.wake_up()
+            self.asleep = False
+
+    def close(self) -> None:
+        """Stop the engine's processes now (they also stop when it is collected)."""
+        self.llm.llm_engine.engine_core.shutdown()
+
+    def generate(
+        self, prompts: Sequence[str], n: int, sampling: SamplingParams
+    ) -> list[list[Generation]]:
+        """`HFPolicy.generate`'s contract, sampled by the engine: request i seeded from
+        (`sampling.seed`, i), log-probs at the policy temperature."""
+        import vllm
+
+        policy = self.policy
+        prompt_ids = policy.encode_for_generation(prompts, n, sampling)
+        for index, ids in enumerate(prompt_ids):
+            total = len(ids) + sampling.max_new_tokens
+            if total > self.max_model_len:
+                raise ValueError(
+                    f"{policy.name}: prompt {index} + max_new_tokens needs {total} positions, "
+                    f"the vLLM engine serves {self.max_model_len} (vllm_max_model_len)"
+                )
+        requests = [
+            vllm.SamplingParams(
+                n=n,
+                temperature=sampling.temperature / policy.temperature,
+                top_p=sampling.top_p,
+                max_tokens=sampling.max_new_tokens,
+                seed=_request_seed(sampling.seed, index),
+                logprobs=0,  # the sampled token's log-prob only
+                detokenize=False,  # text comes from our tokenizer, as in HFPolicy
+            )
+            for index in range(len(prompts))
+        ]
+        outputs = self.llm.generate(
+            [{"prompt_token_ids": ids} for ids in prompt_ids], requests, use_tqdm=False
+        )
+        return [self._group(output) for output in outputs]
+
+    def _group(self, output: Any) -> list[Generation]:
+        policy, group = self.policy, []
+        for sample in sorted(output.outputs, key=lambda s: s.index):
+            ids = list(sample.token_ids)
+            stopped = sample.finish_reason == "stop"
+            if sample.finish_reason not in ("stop", "length") or (
+                stopped and ids[-1] != policy.eos_id
+            ):
+                raise RuntimeError(
+                    f"{policy.name}: vLLM finished a sample with {sample.finish_reason!r} "
+                    f"after token {ids[-1:]}; expected EOS ({policy.eos_id}) or the length limit"
+                )
+            logprobs = [
+                step[token].logprob for step, token in zip(sample.logprobs, ids, strict=True)
+            ]
+            group.append(
+                Generation(
+                    text=policy.decode_response(ids),
+                    token_ids=ids,
+                    logprobs=np.asarray(logprobs, dtype=np.float32),
+                    finish_reason="stop" if stopped else "length",
+                )
+            )
+        return group
 
 
 class VLLMPolicy(HFPolicy):
@@ -266,44 +450,15 @@ class VLLMPolicy(HFPolicy):
     ) -> None:
         super().__init__(model_path, name=name, options=options)
         self.engine_options = engine_options or VLLMEngineOptions()
-        self.engine = self._build_engine()
-        # the longest prompt + response the engine serves: max_model_len as set, or the
-        # one vLLM derived from the model (not always the HF max_positions)
-        self.max_model_len: int = self.engine.llm_engine.model_config.max_model_len
-        self.stager: WeightStager | None = None  # laid out by the first sync
-
-    def _build_engine(self) -> Any:
-        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"  # see the module docstring
-        try:
-            import vllm
-        except ImportError as err:
-            raise ImportError(
-                f"{self.name}: the vLLM rollout backend needs vLLM; {INSTALL_HINT}"
-            ) from err
-        engine = self.engine_options
-        kv_bytes = None if engine.kv_cache_gib is None else int(engine.kv_cache_gib * 2**30)
-        llm = vllm.LLM(
-            model=self.path,
-            tokenizer=self.path,
-            dtype=self.compute_dtype,
-            seed=0,
-            max_model_len=engine.max_model_len,
-            enforce_eager=engine.enforce_eager,
-            max_num_seqs=engine.max_num_seqs,
-            gpu_memory_utilization=engine.gpu_memory_utilization,
-            kv_cache_memory_bytes=kv_bytes,
-            logprobs_mode="raw_logprobs",
-            generation_config="vllm",  # no sampling defaults or extra stop ids from the model
-            worker_extension_cls=f"{__name__}.WeightSyncExtension",
+        sleep = self.engine_options.sleeps(self.device.type)
+        self.engine = VLLMEngine(
+            self,
+            self.engine_options,
+            tensor_parallel_size=self.engine_options.tensor_parallel_size or 1,
+            sleep_mode=sleep,
         )
-        if self.temperature != 1.0 and not all(
-            llm.collective_rpc("graft_scale_logits", args=(1.0 / self.temperature,))
-        ):
-            raise ValueError(
-                f"{self.name}: the vLLM model has no LogitsProcessor layer to apply the "
-                f"policy temperature {self.temperature} to; use temperature 1.0"
-            )
-        return llm
+        self.max_model_len: int = self.engine.max_model_len
+        self.stager: WeightStager | None = None  # laid out by the first sync
 
     def sync_weights(self) -> tuple[int, int]:
         """Copy the trainer's changed parameters into the engine (through the staging
@@ -316,90 +471,32 @@ class VLLMPolicy(HFPolicy):
         if slots:
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)  # the engine reads the buffer next
-            rpc = self.engine.collective_rpc("graft_load_weights", args=(self.stager.handle, slots))
+            untouched = self.engine.load(self.stager.handle, slots)
             self.stager.unlink()  # the engine has it open
-            for untouched in rpc:
-                if untouched:
-                    raise RuntimeError(
-                        f"{self.name}: weight sync left engine parameters {untouched} unset; "
-                        "the engine's model does not match the trained one"
-                    )
-            self.engine.reset_prefix_cache()
+            if untouched:
+                raise RuntimeError(
+                    f"{self.name}: weight sync left engine parameters {untouched} unset; "
+                    "the engine's model does not match the trained one"
+                )
+            self.engine.loaded()
         return len(slots), skipped
 
     def close(self) -> None:
         """Stop the engine process now (it also stops when the policy is collected)."""
         if self.stager is not None:
             self.stager.unlink()
-        self.engine.llm_engine.engine_core.shutdown()
-
-    def encode_for_generation(
-        self, prompts: Sequence[str], n: int, sampling: SamplingParams
-    ) -> list[list[int]]:
-        """`HFPolicy`'s checks (the trainer scores these sequences), then that each prompt +
-        `max_new_tokens` fits the engine's `max_model_len`, with a one-line error naming the
-        prompt (vLLM's own error names neither)."""
-        prompt_ids = super().encode_for_generation(prompts, n, sampling)
-        for index, ids in enumerate(prompt_ids):
-            total = len(ids) + sampling.max_new_tokens
-            if total > self.max_model_len:
-                raise ValueError(
-                    f"{self.name}: prompt {index} + max_new_tokens needs {total} positions, "
-                    f"the vLLM engine serves {self.max_model_len} (vllm_max_model_len)"
-                )
-        return prompt_ids
+        self.engine.close()
 
     def generate(
         self, prompts: Sequence[str], n: int, sampling: SamplingParams
     ) -> list[list[Generation]]:
-        import vllm
-
-        prompt_ids = self.encode_for_generation(prompts, n, sampling)
-        requests = [
-            vllm.SamplingParams(
-                n=n,
-                temperature=sampling.temperature / self.temperature,
-                top_p=sampling.top_p,
-                max_tokens=sampling.max_new_tokens,
-                seed=_request_seed(sampling.seed, index),
-                logprobs=0,  # the sampled token's log-prob only
-                detokenize=False,  # text comes from our tokenizer, as in HFPolicy
-            )
-            for index in range(len(prompts))
-        ]
-        outputs = self.engine.generate(
-            [{"prompt_token_ids": ids} for ids in prompt_ids], requests, use_tqdm=False
-        )
-        return [self._group(output) for output in outputs]
-
-    def _group(self, output: Any) -> list[Generation]:
-        group = []
-        for sample in sorted(output.outputs, key=lambda s: s.index):
-            ids = list(sample.token_ids)
-            stopped = sample.finish_reason == "stop"
-            if sample.finish_reason not in ("stop", "length") or (
-                stopped and ids[-1] != self.eos_id
-            ):
-                raise RuntimeError(
-                    f"{self.name}: vLLM finished a sample with {sample.finish_reason!r} "
-                    f"after token {ids[-1:]}; expected EOS ({self.eos_id}) or the length limit"
-                )
-            logprobs = [
-                step[token].logprob for step, token in zip(sample.logprobs, ids, strict=True)
-            ]
-            group.append(
-                Generation(
-                    text=self.decode_response(ids),
-                    token_ids=ids,
-                    logprobs=np.asarray(logprobs, dtype=np.float32),
-                    finish_reason="stop" if stopped else "length",
-                )
-            )
-        return group
+        return self.engine.generate(prompts, n, sampling)
 
     def update(self, batch: TrainBatch, loss_fn: LossFn) -> dict[str, float]:
+        self.engine.sleep()  # sleep mode: weights and KV cache released for the update
         metrics = super().update(batch, loss_fn)
         started = time.perf_counter()
+        self.engine.wake_up()
         self.sync_weights()
         metrics["time/weight_sync"] = time.perf_counter() - started
         return metrics

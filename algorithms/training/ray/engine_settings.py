@@ -117,12 +117,10 @@ def engine_settings(
     engine = engine_options(options, where)
     device = str(options.get("device", "cpu"))
     cuda = device.startswith("cuda")
-    if engine.sleep_mode and not cuda:
-        raise ConfigError(
-            f"{where}.vllm_sleep_mode: true needs device cuda (vLLM's sleep mode releases GPU "
-            f"memory), the device is {device!r}; leave it null"
-        )
-    sleep = cuda if engine.sleep_mode is None else engine.sleep_mode
+    try:
+        sleep = engine.sleeps("cuda" if cuda else device.partition(":")[0])
+    except OptionError as error:
+        raise error.at(where, OPTION_PREFIX) from None
     tp = engine.tensor_parallel_size or ranks
     if tp > ranks:
         raise ConfigError(

@@ -8,6 +8,14 @@ the ranks form one torch.distributed group and shard the policy with FSDP2.
 `GroupPolicy` speaks the Policy protocol to the loop as `RayPolicy` does: every method
 is one call on every rank at once, each with its share of the rows (`split`), and the
 answers merged back in row order. Failures stop the whole run (`ActorGroup`).
+
+With `agents.N.options.rollout_backend: vllm` the agent's rank 0 owns a vLLM engine
+whose settings the driver derives and checks before any actor starts
+(`engine_settings`: max_model_len, tensor parallelism = the ranks, sleep mode, the GPU
+memory share); `generate` goes to rank 0 whole (the engine is one for the group, its
+tensor-parallel workers on the group's GPUs), `update` and `load` end with every rank in
+the bucketed weight sync (`weight_sync`). A tensor-parallel engine spans one node: the
+group's ranks must have been placed on one.
 """
 
 from __future__ import annotations
@@ -22,10 +30,11 @@ import ray
 
 import algorithms
 from algorithms.algorithm import Algorithm
+from algorithms.training import memory_plan
 from algorithms.training.ray.connection import connect, model_reference
+from algorithms.training.ray.engine_settings import EngineSettings, engine_options, engine_settings
 from algorithms.training.ray.options import RayOptions
 from algorithms.training.ray.placement import (
-    RANKS_KEY,
     GroupLayout,
     rank_bundle,
     reserve_groups,
@@ -40,7 +49,7 @@ from algorithms.training.ray.policy import (
 )
 from algorithms.training.ray.rank import RankWorker
 from algorithms.training.ray.split import block_seed, prompt_blocks, row_chunks
-from algorithms.training.run_config import ConfigError, TrainConfig
+from algorithms.training.run_config import TrainConfig
 from graft_env.policies import Generation, LossFn, SamplingParams
 from graft_env.types import ScoredText, TrainBatch
 
@@ -52,21 +61,61 @@ def rank_threads(options: RayOptions, ranks: int) -> int:
     return max(1, math.floor(options.num_cpus_per_agent / ranks))
 
 
-def check_group_agents(config: TrainConfig) -> None:
+def check_group_agents(config: TrainConfig, ranks: int) -> dict[str, EngineSettings]:
+    """The vLLM engine settings of every agent with `rollout_backend: vllm`, derived and
+    checked (`engine_settings`; the GPU memory share against the GPUs this driver sees,
+    when it sees any) before any actor starts; a bad one is a one-line ConfigError."""
+    capacity, count = memory_plan.found_gpus()
+    work = memory_plan.run_workload(config, 1024) if count else None
+    engines = {}
     for index, agent in enumerate(config.agents):
-        backend = agent.options.get("rollout_backend", "transformers")
-        if backend != "transformers":
-            raise ConfigError(
-                f"agents.{index}.options.rollout_backend is {backend!r}: a worker group "
-                f"(ray.{RANKS_KEY}) samples with transformers only so far"
-            )
+        if agent.options.get("rollout_backend", "transformers") != "vllm":
+            continue
+        arch = None
+        if count:
+            try:
+                arch = memory_plan.architecture_of(agent.model, f"agents.{index}.model")
+            except memory_plan.UnknownArchitecture:
+                arch = None  # not sized here; vLLM itself refuses a share that cannot hold it
+        engines[agent.name] = engine_settings(
+            index,
+            agent.options,
+            config.sampling.max_new_tokens,
+            ranks,
+            architecture=arch,
+            work=work,
+            capacity=capacity if count else None,
+        )
+    return engines
+
+
+def engine_spec(
+    settings: EngineSettings, options: Mapping[str, Any], placements: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """What rank 0 starts its engine with (`RankWorker.setup`'s `engine`), from the ranks'
+    placements: the engine's processes see the group's GPUs, rank 0's first. A
+    tensor-parallel engine needs the ranks it spans on one node (ValueError otherwise)."""
+    spanned = placements[: settings.tensor_parallel_size]
+    nodes = {placement["node_id"] for placement in spanned}
+    if len(nodes) > 1:
+        raise ValueError(
+            f"the vLLM engine's {settings.tensor_parallel_size} tensor-parallel workers need "
+            f"their ranks on one node, Ray placed them on {len(nodes)} (ray.placement_strategy "
+            "STRICT_PACK keeps a group on one node)"
+        )
+    gpus = [gpu for placement in spanned for gpu in placement["gpu_ids"]]
+    return {
+        **settings.llm_kwargs(),
+        "sync_bucket_mb": engine_options(options, "options").sync_bucket_mb,
+        "visible_devices": ",".join(gpus) if gpus else None,
+    }
 
 
 def make_group_policies(
     config: TrainConfig, options: RayOptions, layout: GroupLayout
 ) -> dict[str, GroupPolicy]:
     """Every agent as a set-up worker group of `layout.ranks` ranks; returns their proxies."""
-    check_group_agents(config)
+    engines = check_group_agents(config, layout.ranks)
     rank_bundle(options, layout.ranks)
     algorithm = algorithms.make(config.algorithm, **config.algorithm_options)
     connect(options)
@@ -77,6 +126,16 @@ def make_group_policies(
     flat = {f"{name}/rank{r}": a for name, agents in actors.items() for r, a in enumerate(agents)}
     group = ActorGroup(flat, groups, options.call_timeout_s)
     inits = {n: group.get(n, "start", actors[n][0].rendezvous.remote(), None) for n in names}
+    specs: dict[str, dict[str, Any] | None] = {}
+    for agent in config.agents:
+        specs[agent.name] = None
+        if agent.name in engines:
+            where = [a.placement.remote() for a in actors[agent.name]]
+            placements = group.get(agent.name, "start", where, None)
+            try:
+                specs[agent.name] = engine_spec(engines[agent.name], agent.options, placements)
+            except ValueError as error:
+                group.fail_and_raise(agent.name, "start", str(error))
     pending = {
         agent.name: [
             actor.setup.remote(
@@ -85,13 +144,17 @@ def make_group_policies(
                 dict(agent.options),
                 config.algorithm,
                 dict(config.algorithm_options),
+                specs[agent.name],
             )
             for actor in actors[agent.name]
         ]
         for agent in config.agents
     }
     infos = {name: group.get(name, "start", refs, None) for name, refs in pending.items()}
-    return {n: GroupPolicy(n, actors[n], group, infos[n], algorithm) for n in names}
+    return {
+        n: GroupPolicy(n, actors[n], group, infos[n], algorithm, vllm=specs[n] is not None)
+        for n in names
+    }
 
 
 class GroupCall(PendingCall):
@@ -121,8 +184,10 @@ class GroupPolicy:
         group: ActorGroup,
         infos: list[Mapping[str, Any]],
         algorithm: Algorithm,
+        vllm: bool = False,
     ) -> None:
         self.agent, self.ranks, self.group = agent, ranks, group
+        self.vllm = vllm  # rank 0 owns a vLLM engine that samples for the group
         self.name: str = infos[0]["name"]
         self.temperature: float = infos[0]["temperature"]
         self.placement = [dict(info) for info in infos]
@@ -156,7 +221,13 @@ class GroupPolicy:
 
     def generate_async(self, prompts: Sequence[str], n: int, sampling: SamplingParams) -> GroupCall:
         """Prompt blocks of at most `generation_batch_size` rows, block b with seed
-        `block_seed(sampling.seed, b)` on rank b % k; `.result()` in prompt order."""
+        `block_seed(sampling.seed, b)` on rank b % k; `.result()` in prompt order. With a
+        vLLM engine: every prompt to rank 0's engine (request i seeded from the seed and
+        i, as a single-process VLLMPolicy seeds it)."""
+        if self.vllm:
+            return self._submit(
+                "generate_engine", [(list(prompts), n, sampling)], lambda answers: answers[0]
+            )
         world = len(self.ranks)
         blocks = prompt_blocks(len(prompts), max(1, self.generation_batch_size // max(n, 1)))
         work = [

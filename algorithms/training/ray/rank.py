@@ -6,12 +6,19 @@ group (gloo on CPU, nccl on CUDA), loads the policy as `load_policy` builds it f
 process, shards it with FSDP2 (`fsdp.shard`) and gives it an AdamW over the shards.
 Every other method is collective: the driver (`group.GroupPolicy`) calls it on every
 rank at once, each with its share of the rows (`split`), and gathers the answers.
+
+With `rollout_backend: vllm` rank 0 also owns the agent's vLLM engine
+(`vllm_policy.VLLMEngine`, its own processes, tensor-parallel over the group's devices:
+`engine_settings`); `generate` runs there alone. Around every update the engine sleeps
+(sleep mode) and then every rank joins the bucketed weight sync (`weight_sync`), which
+also follows every `load`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import socket
+import time
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -28,7 +35,10 @@ from algorithms.training.ray import sharded_checkpoint
 from algorithms.training.ray.fsdp import gathered, shard
 from algorithms.training.ray.placement import where_placed
 from algorithms.training.ray.sharded_update import first_minibatch_gradients, sharded_update
+from algorithms.training.ray.weight_sync import MIB, sync_buckets
 from graft_env.policies import Generation, HFPolicy, SamplingParams, load_policy
+from graft_env.policies.loading import DTYPES
+from graft_env.policies.options import OPTION_PREFIX, VLLMEngineOptions
 from graft_env.types import ScoredText, TrainBatch
 
 
@@ -39,6 +49,8 @@ class RankWorker:
         torch.set_num_threads(torch_threads)
         self.rank, self.world = rank, world
         self.policy: HFPolicy | None = None
+        self.engine: Any = None  # rank 0 with rollout_backend vllm: a VLLMEngine
+        self.bucket_bytes = 0  # > 0 when the group has an engine to sync
 
     def placement(self) -> dict[str, Any]:
         """Where Ray put this rank (`placement.where_placed`)."""
@@ -59,9 +71,14 @@ class RankWorker:
         policy_options: Mapping[str, Any],
         algorithm: str,
         algorithm_options: Mapping[str, Any],
+        engine: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """Join the process group, load and shard the policy; returns its attributes."""
-        cuda = str(policy_options.get("device", "cpu")).startswith("cuda")
+        """Join the process group, load and shard the policy (and on rank 0 start the vLLM
+        engine `engine` describes: `group.engine_spec`); returns its attributes."""
+        options = dict(policy_options)
+        options.pop("rollout_backend", None)  # the trainer is a transformers policy
+        prefixed = {k: options.pop(k) for k in list(options) if k.startswith(OPTION_PREFIX)}
+        cuda = str(options.get("device", "cpu")).startswith("cuda")
         if cuda:
             torch.cuda.set_device(0)  # Ray shows each rank only its own GPU
         dist.init_process_group(
@@ -72,7 +89,7 @@ class RankWorker:
             timeout=timedelta(minutes=30),
         )
         self.algorithm = algorithms.make(algorithm, **dict(algorithm_options))
-        policy = load_policy(model, **dict(policy_options))
+        policy = load_policy(model, **options)
         if type(policy) is not HFPolicy:
             raise ValueError(
                 f"a worker group shards a transformers policy; {model!r} loads as "
@@ -87,6 +104,10 @@ class RankWorker:
             weight_decay=options.weight_decay,
         )
         self.policy = policy
+        if engine is not None:
+            self.bucket_bytes = int(engine["sync_bucket_mb"] * MIB)
+            if self.rank == 0:
+                self.engine = self._start_engine(VLLMEngineOptions.from_prefixed(prefixed), engine)
         return {
             "name": policy.name,
             "temperature": float(policy.temperature),
@@ -96,6 +117,68 @@ class RankWorker:
             "torch_threads": torch.get_num_threads(),
             **self.placement(),
         }
+
+    def _start_engine(self, options: VLLMEngineOptions, engine: Mapping[str, Any]) -> Any:
+        from graft_env.policies.vllm_policy import VLLMEngine
+
+        return VLLMEngine(
+            self.policy,
+            options,
+            max_model_len=engine["max_model_len"],
+            tensor_parallel_size=engine["tensor_parallel_size"],
+            sleep_mode=engine["enable_sleep_mode"],
+            visible_devices=engine["visible_devices"],
+        )
+
+    def sync_engine(self) -> dict[str, float]:
+        """(every rank) The trainer's weights into the engine, bucket by bucket
+        (`weight_sync.sync_buckets`); the sync's figures on rank 0, {} elsewhere."""
+        from graft_env.policies.vllm_policy import shared_buffer
+
+        policy, engine = self.policy, self.engine
+        buffers: list[Any] = []
+
+        def staging(nbytes: int) -> torch.Tensor:
+            buffer, handle = shared_buffer(nbytes, policy.device)
+            buffers.append(handle)
+            return buffer
+
+        untouched: list[str] = []
+
+        def load(slots: list) -> None:
+            if policy.device.type == "cuda":
+                torch.cuda.synchronize(policy.device)  # the engine reads the buffer next
+            untouched[:] = engine.load(buffers[0], slots)
+
+        stats = sync_buckets(
+            policy.model,
+            DTYPES[policy.compute_dtype],
+            self.bucket_bytes,
+            owner=engine is not None,
+            staging=staging if engine is not None else None,
+            load=load if engine is not None else None,
+        )
+        if engine is None:
+            return {}
+        if buffers and buffers[0][0] == "file":
+            Path(buffers[0][1]).unlink(missing_ok=True)  # the engine has it open
+        if untouched:
+            raise RuntimeError(
+                f"{policy.name}: weight sync left engine parameters {untouched} unset; the "
+                "engine's model does not match the trained one"
+            )
+        engine.loaded()
+        return {
+            "sync/buckets": float(stats.buckets),
+            "sync/staging_mib": stats.staging_bytes / MIB,
+            "sync/peak_gathered_mib": stats.peak_gathered_bytes / MIB,
+        }
+
+    def generate_engine(
+        self, prompts: Sequence[str], n: int, sampling: SamplingParams
+    ) -> list[list[Generation]]:
+        """(rank 0 only) Every prompt sampled by the group's vLLM engine."""
+        return self.engine.generate(prompts, n, sampling)
 
     def format_prompt(self, problem: str) -> str:
         return self.policy.format_prompt(problem)
@@ -119,7 +202,17 @@ class RankWorker:
             return self.policy.score(prompts, responses, finish_reasons)
 
     def update(self, batch: TrainBatch) -> dict[str, float]:
-        return sharded_update(self.policy, batch, self.algorithm.loss)
+        """The sharded update; with an engine, it sleeps through it and is synced after."""
+        if self.engine is not None:
+            self.engine.sleep()
+        metrics = sharded_update(self.policy, batch, self.algorithm.loss)
+        if self.bucket_bytes:
+            started = time.perf_counter()
+            if self.engine is not None:
+                self.engine.wake_up()
+            metrics.update(self.sync_engine())
+            metrics["time/weight_sync"] = time.perf_counter() - started
+        return metrics
 
     def save(self, path: str) -> None:
         directory = Path(path)
@@ -128,6 +221,14 @@ class RankWorker:
 
     def load(self, path: str) -> None:
         sharded_checkpoint.load(self.policy, Path(path))
+        if self.bucket_bytes:
+            self.sync_engine()
+
+    def close_engine(self) -> None:
+        """Stop the engine's processes (rank 0; a no-op elsewhere)."""
+        if self.engine is not None:
+            self.engine.close()
+            self.engine = None
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """(rank 0) the full weights as float32 numpy arrays; {} on other ranks."""

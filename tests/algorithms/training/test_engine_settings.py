@@ -133,7 +133,8 @@ def test_the_paper_worker_group_configs_derive_their_engines():
         config = load_config(REPO / "configs" / name)
         work = mp.run_workload(config, 1024)
         for index, agent in enumerate(config.agents):
-            options = {**agent.options, "rollout_backend": "vllm"}
+            options = agent.options
+            assert options["rollout_backend"] == "vllm"
             arch = mp.architecture_of(agent.model, f"agents.{index}.model")
             engine = engine_settings(
                 index, options, config.sampling.max_new_tokens, 2,
@@ -142,3 +143,42 @@ def test_the_paper_worker_group_configs_derive_their_engines():
             assert engine.tensor_parallel_size == 2 and engine.sleep_mode
             assert engine.max_model_len == 2048 + 4096
             assert engine.kv_tokens > 64 * engine.max_model_len
+
+
+def test_the_group_derives_its_engines_before_any_actor_starts(tmp_path):
+    """`make_group_policies`' first check, on this CPU machine: a vLLM agent gets its
+    settings, a transformers one none, and `vllm_sleep_mode: true` on CPU is refused."""
+    pytest.importorskip("ray")
+    from run_configs import small_config
+
+    from algorithms.training.ray.group import check_group_agents
+
+    options = {"rollout_backend": "vllm", "vllm_max_prompt_tokens": 100}
+    config = small_config(tmp_path, "grpo", agents=("tiny-a",), agent_options=options)
+    [(name, engine)] = check_group_agents(config, 2).items()
+    assert name == "tiny-a" and engine.max_model_len == 100 + config.sampling.max_new_tokens
+    assert engine.tensor_parallel_size == 2 and not engine.sleep_mode
+    assert check_group_agents(small_config(tmp_path, "grpo", agents=("tiny-a",)), 2) == {}
+    sleepy = small_config(
+        tmp_path, "grpo", agents=("tiny-a",), agent_options={**options, "vllm_sleep_mode": True}
+    )
+    with pytest.raises(ConfigError, match=r"^agents\.0\.options\.vllm_sleep_mode: true needs"):
+        check_group_agents(sleepy, 2)
+
+
+def test_the_engine_sees_the_groups_gpus_rank_0_first_on_one_node():
+    pytest.importorskip("ray")
+    from algorithms.training.ray.group import engine_spec
+
+    engine = settings(GPU)
+    placed = [{"node_id": "a", "gpu_ids": ["2"]}, {"node_id": "a", "gpu_ids": ["3"]}]
+    spec = engine_spec(engine, {"vllm_sync_bucket_mb": 64.0}, placed)
+    assert spec["visible_devices"] == "2,3" and spec["sync_bucket_mb"] == 64.0
+    assert spec["tensor_parallel_size"] == 2 and spec["enable_sleep_mode"] is True
+    cpu = engine_spec(settings({}), {}, [{"node_id": "a", "gpu_ids": []}] * 2)
+    assert cpu["visible_devices"] is None and cpu["sync_bucket_mb"] == 512.0
+    apart = [{"node_id": "a", "gpu_ids": ["0"]}, {"node_id": "b", "gpu_ids": ["0"]}]
+    with pytest.raises(ValueError, match="need their ranks on one node, Ray placed them on 2"):
+        engine_spec(engine, {}, apart)
+    one = engine_spec(settings({"vllm_tensor_parallel_size": 1}), {}, apart)
+    assert one["visible_devices"] == "0"  # tp 1: rank 0's GPU alone
