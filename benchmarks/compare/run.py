@@ -28,8 +28,10 @@ import logging
 import multiprocessing
 import os
 import shutil
+import signal
 import sys
 import textwrap
+import threading
 import time
 import traceback
 from collections import defaultdict
@@ -64,6 +66,7 @@ from graft_env.threads import resolve_threads, torch_threads
 
 EVAL_METRIC = "eval/average/pass@1"
 POLL_SECONDS = 2.0  # between looks at cells that others hold or that wait for a source
+PARENT_POLL_SECONDS = 1.0  # between a worker's looks at whether its parent is alive
 LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
 
 
@@ -342,8 +345,10 @@ def _worker(
     stop: Event,
     failures: SimpleQueue[tuple[int, str]],
     log_level: int,
+    parent: int,
 ) -> None:
     """One worker process of `run_grid`: `_work` with output lines prefixed [w<number>]."""
+    _exit_with_parent(parent)  # the pid the parent gave: it may be gone before we get here
     prefix = f"[w{number}] "
     sys.stdout, sys.stderr = (_Prefixed(s, prefix) for s in (sys.stdout, sys.stderr))
     logging.basicConfig(level=log_level, format=LOG_FORMAT)
@@ -361,6 +366,25 @@ def _worker(
         sys.exit(1)
 
 
+def _exit_with_parent(parent: int) -> None:
+    """End this worker when `parent` is gone (killed without the chance to stop its workers,
+    e.g. SIGKILL): an orphan would go on training cells nobody collects, beside the next
+    run's workers. Its cell's lock then names a dead pid, which the next run takes over."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_SECONDS)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
+def _stop_on_sigterm(signum: int, frame: Any) -> None:
+    """SIGTERM (a scheduler's or `kill`'s stop) as an exit, so `_run_workers` stops its
+    workers in its `finally` instead of leaving them running."""
+    raise SystemExit(128 + signum)
+
+
 def _run_workers(grid: GridSpec, cells: Sequence[Cell], out_dir: Path, workers: int) -> None:
     """`_work` in `workers` processes, started with spawn (torch is not fork-safe). After a
     worker fails the others start no new cell (they finish theirs); then a GridError lists
@@ -369,8 +393,10 @@ def _run_workers(grid: GridSpec, cells: Sequence[Cell], out_dir: Path, workers: 
     stop, failures = context.Event(), context.SimpleQueue()
     level = logging.getLogger().getEffectiveLevel()
     running = {}
+    main = threading.current_thread() is threading.main_thread()  # signals need it
+    previous = signal.signal(signal.SIGTERM, _stop_on_sigterm) if main else None
     for number in range(1, workers + 1):
-        args = (number, grid, cells, out_dir, stop, failures, level)
+        args = (number, grid, cells, out_dir, stop, failures, level, os.getpid())
         process = context.Process(target=_worker, args=args, name=f"graft-compare-w{number}")
         process.start()
         running[process.sentinel] = (number, process)
@@ -389,6 +415,8 @@ def _run_workers(grid: GridSpec, cells: Sequence[Cell], out_dir: Path, workers: 
             process.join(timeout=5)
             process.terminate()
             process.join()
+        if main:
+            signal.signal(signal.SIGTERM, previous)
     reported = {}
     while not failures.empty():
         number, message = failures.get()

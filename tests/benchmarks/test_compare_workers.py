@@ -8,8 +8,13 @@ from __future__ import annotations
 import copy
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+import pytest
 import yaml
 from cell_files import HOST, finish, write_lock
 from run_configs import PLANNED_GRID, SMALLEST_GRID
@@ -141,3 +146,50 @@ def test_a_failing_cell_in_a_worker_is_one_line_naming_it_and_leaves_no_lock(tmp
     last = capfd.readouterr().err.strip().splitlines()[-1]
     assert last.startswith("graft compare: error: cell grpo/missing-"), last
     assert not list(out.rglob(LOCK_FILE)) and not list(out.rglob(RESULT_FILE))
+
+
+def _children(parent: int) -> set[int]:
+    """The pids whose parent is `parent` (from /proc)."""
+    found = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the process ended meanwhile
+            continue
+        if int(fields[1]) == parent:
+            found.add(int(stat.parent.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_workers_do_not_outlive_a_killed_parent(sig, tmp_path):
+    """Killing `graft compare` (a scheduler's SIGTERM, or SIGKILL) must not leave its
+    workers training cells on their own: a later run would have them beside its own."""
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(yaml.safe_dump(GRID))
+    command = [sys.executable, "-m", "benchmarks.cli", "compare", "--config", str(grid)]
+    command += ["--out", str(tmp_path / "out"), "--workers", "2"]
+    parent = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while len(workers := _children(parent.pid)) < 3:  # 2 workers + the resource tracker
+            assert parent.poll() is None and time.monotonic() < deadline, "no workers started"
+            time.sleep(0.2)
+        time.sleep(3)  # the workers are past their imports
+        parent.send_signal(sig)
+        parent.wait(timeout=60)
+        deadline = time.monotonic() + 180  # a worker may still be importing torch (loaded CPU)
+        while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not [pid for pid in workers if _alive(pid)], "workers outlived their parent"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
