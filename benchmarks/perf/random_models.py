@@ -50,9 +50,11 @@ def paper_config(model: str) -> Any:
     return config_of(class_name, fields)
 
 
-def shrunk_config(name: str) -> Any:
+def shrunk_config(name: str, **sizes: int) -> Any:
+    """The shrunk architecture `name` at `SHRUNK`'s sizes, or at `sizes` where given
+    (`hidden_size`, `num_hidden_layers`, ...: smaller still for a run of the whole loop)."""
     class_name, fields = SHRUNK_ARCHITECTURES[name]
-    return config_of(class_name, {**SHRUNK, **fields})
+    return config_of(class_name, {**SHRUNK, **fields, **sizes})
 
 
 def write_random_model(directory: Path, config: Any, *, seed: int, device: str = "cpu") -> Path:

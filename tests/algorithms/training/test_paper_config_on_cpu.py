@@ -1,0 +1,257 @@
+"""configs/paper_smollm3_qwen3_1node.yaml as shipped, on CPU: 2 GRAFT steps of shrunk models
+through the real Trainer and the real worker-group code (issue 28, "Done when").
+
+The config is read with `load_config` and changed only by the `--set` overrides a user
+would pass (`cpu_overrides`, each with its reason): random-weight SmolLM3 and Qwen3 of the
+real vocabularies and layer types (`benchmarks.perf.random_models`, hidden 64, written to
+tmp_path) in place of the hub names, CPU and float32, a small batch, 2 steps. Each agent is
+the config's worker group of 2 ranks (4 Ray actors, gloo, FSDP2). The run is interrupted
+after step 1 and resumed by a new Trainer from its checkpoint, so the 2 steps span two
+Trainers. Only what holds by construction is asserted, nothing about the weights' values.
+
+The local Ray cluster has the paper node's 4 GPUs as fake resources (`ray.num_gpus: 4`), so
+each rank reserves the paper's bundle (4 CPUs, 1 GPU) and gets its own GPU id and
+CUDA_VISIBLE_DEVICES while it computes on the CPU. No user override reaches that: with
+reserved GPUs and `device: cpu`, `options.check_agent_devices` refuses the run in
+`cluster.make_ray_policies` (a strict xfail records it:
+`test_fake_gpus_with_cpu_ranks_pass_the_device_check`). `paper_policies` therefore builds
+the policies as `make_ray_policies` does for worker groups, minus that one check: the real
+`group.make_group_policies`, handed to the real Trainer.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from algorithms.storage.yaml_schema import ConfigError
+from algorithms.training.ray.options import check_agent_devices, parse_ray_options
+from algorithms.training.ray.placement import rank_bundle, split_group_options
+from algorithms.training.run_config import load_config
+
+CONFIG = Path(__file__).resolve().parents[3] / "configs" / "paper_smollm3_qwen3_1node.yaml"
+ARCHITECTURES = ("smollm3", "qwen3")  # agents 0 and 1 of the config, in order
+SIZES = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4)
+"""The shrunk width and depth. 4 layers, not 2: SmolLM3's every 4th layer is its NoPE layer
+(no rotary embedding), so 4 is the fewest that keep its layer types."""
+STEPS = 2
+
+
+def cpu_overrides(models: list[Path], run_dir: Path, data_dir: Path) -> list[str]:
+    """Every change to the shipped config, as `graft train --set` takes them."""
+    sets = []
+    for index, model in enumerate(models):
+        agent = f"agents.{index}"
+        sets += [
+            f"{agent}.model={model}",  # a shrunk random model of the same architecture: no hub
+            f"{agent}.options.device=cpu",  # no GPU here
+            f"{agent}.options.autocast=null",  # bf16 autocast is a GPU speed-up; fp32 on CPU
+            # the eager HF loop samples: vLLM needs a GPU (or the .ci/vllm build), and a
+            # vLLM setting the config may gain applies only with rollout_backend vllm
+            f"{agent}.options.rollout_backend=transformers",
+            f"{agent}.options.generation_batch_size=2",  # one prompt per block: both ranks sample
+        ]
+    return [
+        *sets,
+        "algorithm_options.n=2",  # 2 responses per prompt, not 8
+        "env.batch_size=4",  # 4 prompts per step: one per minibatch (num_minibatches: 4 kept)
+        f"env.data_dir={data_dir}",  # the MATH train file of this checkout
+        "sampling.max_new_tokens=8",  # responses of <= 8 tokens, not 4,096
+        f"steps={STEPS}",
+        "checkpoint_every=1",  # a checkpoint after step 1, to resume from
+        f"run_dir={run_dir}",
+        # the local cluster is the paper's node: 4 GPUs (fake: Ray resources, no device)
+        # and 16 logical CPUs for the 4 per rank; the ranks' bundles stay the shipped ones
+        "ray.num_gpus=4",
+        "ray.num_cpus=16",
+        "ray.torch_threads=1",  # 4 ranks share this machine's cores
+        "ray.placement_timeout_s=120",  # fail in 2 minutes, not 10, if the bundles do not fit
+    ]
+
+
+@pytest.fixture(scope="module")
+def shrunk_models(tmp_path_factory) -> list[Path]:
+    from benchmarks.perf.random_models import shrunk_config, write_random_model
+
+    root = tmp_path_factory.mktemp("shrunk")
+    return [
+        write_random_model(root / name, shrunk_config(name, **SIZES), seed=index)
+        for index, name in enumerate(ARCHITECTURES)
+    ]
+
+
+def paper_policies(config):
+    """`cluster.make_ray_policies`' worker-group path without its `check_agent_devices`,
+    which refuses fake GPUs for CPU ranks (the finding): the real `make_group_policies`."""
+    from algorithms.training.ray.group import make_group_policies
+
+    layout, section = split_group_options(config.ray)
+    return make_group_policies(config, parse_ray_options(section), layout)
+
+
+class Interrupted(Exception):
+    """Stops the first Trainer after step 1, as a killed driver would."""
+
+
+def placement_rows(policies) -> list[dict]:
+    """Each rank's placement map row (`placement.placement_map`: bundle, node, resources)
+    and what its `setup` reported (backend, device, threads), agents in order."""
+    import ray
+
+    from algorithms.training.ray.placement import placement_map
+
+    groups = [ray.util.get_placement_group(f"graft-{name}") for name in policies]
+    rows = placement_map({name: p.ranks for name, p in policies.items()}, groups)
+    setups = [info for p in policies.values() for info in p.placement]
+    return [{**row, **setup} for row, setup in zip(rows, setups, strict=True)]
+
+
+@pytest.fixture(scope="module")
+def run(shrunk_models, tmp_path_factory, data_dir):
+    import ray
+
+    from algorithms.training.loop import Trainer
+
+    started = time.perf_counter()
+    run_dir = tmp_path_factory.mktemp("paper") / "run"
+    config = load_config(CONFIG, cpu_overrides(shrunk_models, run_dir, data_dir))
+    first = Trainer(config, paper_policies(config))
+    print(f"first Trainer up (Ray + 4 ranks) at {time.perf_counter() - started:.0f} s")
+    placement = placement_rows(first.policies)
+    for row in placement:
+        print({k: row[k] for k in ("agent", "rank", "bundle", "gpu_ids", "cuda_visible_devices")})
+
+    def stop_after_step_1(record):
+        raise Interrupted(record.step)
+
+    with pytest.raises(Interrupted):
+        first.train(on_step=stop_after_step_1)
+    next(iter(first.policies.values())).group.shutdown()  # one ActorGroup for the run
+    checkpoints = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    print(f"step 1 done, actors shut down at {time.perf_counter() - started:.0f} s")
+    resumed = Trainer(config, paper_policies(config))
+    print(f"resumed Trainer up at {time.perf_counter() - started:.0f} s")
+    ran = []
+    rows = resumed.train(on_step=lambda record: ran.append(record.step))
+    resumed_placement = placement_rows(resumed.policies)
+    next(iter(resumed.policies.values())).group.shutdown()
+    print(f"step 2 done at {time.perf_counter() - started:.0f} s")
+    yield {
+        "config": config,
+        "run_dir": run_dir,
+        "rows": rows,
+        "ran": ran,
+        "placement": placement,
+        "resumed_placement": resumed_placement,
+        "checkpoints_after_step_1": checkpoints,
+    }
+    ray.shutdown()
+
+
+def test_the_overrides_leave_the_paper_layout(shrunk_models, tmp_path, data_dir):
+    """What the overrides change is CPU-only: the algorithm, agents, worker-group layout
+    and each rank's bundle (4 CPUs, 1 GPU) stay the shipped config's."""
+    shipped = load_config(CONFIG)
+    ours = load_config(CONFIG, cpu_overrides(shrunk_models, tmp_path, data_dir))
+    assert ours.algorithm == shipped.algorithm == "graft"
+    assert ours.algorithm_options["num_minibatches"] == shipped.algorithm_options["num_minibatches"]
+    assert [a.name for a in ours.agents] == [a.name for a in shipped.agents]
+    assert ours.backend == shipped.backend == "ray"
+    layout, section = split_group_options(ours.ray)
+    shipped_layout, shipped_section = split_group_options(shipped.ray)
+    assert layout == shipped_layout and layout.ranks == 2
+    options, paper = parse_ray_options(section), parse_ray_options(shipped_section)
+    assert options.placement_strategy == paper.placement_strategy == "PACK"
+    assert rank_bundle(options, 2) == rank_bundle(paper, 2) == {"CPU": 4.0, "GPU": 1.0}
+    assert (options.num_gpus, options.address) == (4, None), "a local cluster of 4 GPUs"
+    for model, agent in zip(shrunk_models, ours.agents, strict=True):
+        config = json.loads((model / "config.json").read_text())
+        assert agent.model == str(model) and config["hidden_size"] == SIZES["hidden_size"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=ConfigError,
+    reason="FINDING (issue 28): algorithms/training/ray/options.py check_agent_devices refuses "
+    "reserved GPUs with device cpu, so the paper's fake-GPU placement cannot carry CPU ranks",
+)
+def test_fake_gpus_with_cpu_ranks_pass_the_device_check(shrunk_models, tmp_path, data_dir):
+    """The paper's placement (one fake GPU per rank on a 4-GPU local cluster) with CPU
+    ranks. It fails today (ConfigError); once it passes, `run` can build its policies with
+    `Trainer(config)` itself instead of `paper_policies`."""
+    config = load_config(CONFIG, cpu_overrides(shrunk_models, tmp_path, data_dir))
+    _, section = split_group_options(config.ray)
+    check_agent_devices(config.agents, parse_ray_options(section))
+
+
+def agent_dirs(run) -> list[Path]:
+    checkpoints = run["run_dir"] / "checkpoints"
+    return [step / a.name for step in sorted(checkpoints.iterdir()) for a in run["config"].agents]
+
+
+@pytest.mark.slow
+def test_two_metrics_rows_per_agent_of_the_configs_algorithm(run):
+    config, rows = run["config"], run["rows"]
+    names = [agent.name for agent in config.agents]
+    assert [(r["step"], r["agent"]) for r in rows] == [
+        (step, name) for step in range(STEPS) for name in names
+    ]
+    saved = yaml.safe_load((run["run_dir"] / "config.yaml").read_text())
+    assert saved["algorithm"] == config.algorithm == "graft"
+    for step in sorted((run["run_dir"] / "checkpoints").iterdir()):
+        assert json.loads((step / "state.json").read_text())["algorithm"] == "graft"
+    for row in rows:  # the update ran, with the shipped lr and num_minibatches
+        assert "update_skipped" not in row
+        assert row["lr"] == 1e-6 and row["minibatches"] == 4.0
+
+
+@pytest.mark.slow
+def test_each_agent_is_two_gloo_ranks_in_its_own_placement_group(run):
+    agents = [a.name for a in run["config"].agents]
+    for placement in (run["placement"], run["resumed_placement"]):
+        assert [(r["agent"], r["rank"], r["bundle"]) for r in placement] == [
+            (agent, rank, rank) for agent in agents for rank in (0, 1)
+        ]
+        for agent in agents:
+            ranks = [r for r in placement if r["agent"] == agent]
+            assert len({r["placement_group_id"] for r in ranks}) == 1
+            assert len({r["node_id"] for r in ranks}) == 1, "PACK: an agent's ranks on one node"
+        assert len({r["placement_group_id"] for r in placement}) == 2, "a group per agent"
+        for row in placement:
+            assert row["backend"] == "gloo" and row["device"] == "cpu"
+            assert row["torch_threads"] == 1
+            assert row["resources"] == {"CPU": 4.0, "GPU": 1.0}
+            assert len(row["gpu_ids"]) == 1 and row["cuda_visible_devices"] == row["gpu_ids"][0]
+        gpus = sorted(row["gpu_ids"][0] for row in placement)
+        assert gpus == ["0", "1", "2", "3"], "the node's 4 GPUs, one per rank"
+
+
+@pytest.mark.slow
+def test_checkpoints_are_dcp_shards_per_rank_and_an_hf_export(run):
+    assert run["checkpoints_after_step_1"] == ["step_000001"]
+    checkpoints = run["run_dir"] / "checkpoints"
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["step_000001", "step_000002"]
+    for directory in agent_dirs(run):
+        sharded = directory / "sharded"
+        assert (sharded / ".metadata").is_file()
+        assert sorted(p.name for p in sharded.glob("*.distcp")) == [
+            "__0_0.distcp",
+            "__1_0.distcp",
+        ], "one DCP shard file per rank"
+        assert sorted(p.name for p in sharded.glob("rng_rank*.pt")) == [
+            "rng_rank0.pt",
+            "rng_rank1.pt",
+        ]
+        for name in ("model.safetensors", "config.json", "tokenizer.json"):
+            assert (directory / name).is_file(), f"HF export: {directory / name}"
+        assert json.loads((directory / "graft_policy.json").read_text())["ranks"] == 2
+
+
+@pytest.mark.slow
+def test_the_resumed_run_continues_from_step_1(run):
+    assert run["ran"] == [1], "the second Trainer ran the second step only, from step_000001"
+    assert [r["step"] for r in run["rows"]] == [0, 0, 1, 1], "the first step's rows kept"
