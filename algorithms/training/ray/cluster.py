@@ -59,7 +59,7 @@ def make_ray_policies(config: TrainConfig) -> dict[str, RayPolicy]:
 
         return make_group_policies(config, options, layout)
     algorithm = algorithms.make(config.algorithm, **config.algorithm_options)
-    connect(options)
+    connect(options, {key: amount * len(config.agents) for key, amount in options.bundle().items()})
     pg = reserve(options, len(config.agents))
     worker = ray.remote(PolicyWorker)
     actors = {

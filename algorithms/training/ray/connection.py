@@ -7,6 +7,7 @@ Shared by both layouts: one `PolicyWorker` per agent (`cluster`) and worker grou
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 
 import ray
@@ -17,8 +18,12 @@ from graft_env.policies import TINY_NAMES
 log = logging.getLogger(__name__)
 
 
-def connect(options: RayOptions) -> None:
-    """Join the configured cluster, or start a private local one (`ray.address: null`)."""
+def connect(options: RayOptions, needs: Mapping[str, float] | None = None) -> None:
+    """Join the configured cluster, or start a private local one (`ray.address: null`).
+
+    A private local cluster cannot grow, so if it lacks the run's `needs` in all (resource ->
+    amount, e.g. every rank's GPU) this fails at once, naming what is missing, rather than
+    waiting `ray.placement_timeout_s` for resources that cannot come."""
     if ray.is_initialized():
         resources = ray.cluster_resources()
         for key, resource in (("num_cpus", "CPU"), ("num_gpus", "GPU")):
@@ -41,8 +46,27 @@ def connect(options: RayOptions) -> None:
             num_gpus=options.num_gpus,
             include_dashboard=options.include_dashboard,
         )
+        _check_local_capacity(needs or {})
     else:
         ray.init(address=options.address)
+
+
+def _check_local_capacity(needs: Mapping[str, float]) -> None:
+    have = ray.cluster_resources()
+    short = {key: (amount, have.get(key, 0)) for key, amount in needs.items()}
+    short = {key: pair for key, pair in short.items() if pair[0] > pair[1] + 1e-9}
+    if short:
+        ray.shutdown()
+        from algorithms.training.ray.placement import ClusterError  # it imports this module
+
+        missing = ", ".join(
+            f"{need:g} {key} (this machine has {got:g})" for key, (need, got) in short.items()
+        )
+        raise ClusterError(
+            f"the run needs {missing} on the local Ray cluster it starts (ray.address: null); "
+            "run it on a machine that has them, lower ray.num_gpus_per_agent / "
+            "ray.num_cpus_per_agent, or join a cluster with ray.address"
+        )
 
 
 def model_reference(model: str) -> str:

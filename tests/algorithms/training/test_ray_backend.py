@@ -256,6 +256,22 @@ def test_a_cluster_too_small_fails_fast_naming_what_is_missing(tmp_path, tiny_pa
         make_ray_policies(config)
 
 
+def test_a_local_cluster_too_small_fails_at_once_not_after_the_timeout(tmp_path, tiny_pair_paths):
+    """The private cluster a run starts cannot grow: waiting placement_timeout_s for it is
+    pointless (the paper configs wait 600 s)."""
+    ray.shutdown()  # this run starts its own cluster, as `graft train` does
+    config = pair_config(
+        tmp_path / "run",
+        tiny_pair_paths,
+        backend="ray",
+        ray={"num_cpus": 2, "num_cpus_per_agent": 64, "placement_timeout_s": 600},
+    )
+    started = time.monotonic()
+    with pytest.raises(ClusterError, match=r"needs 128 CPU \(this machine has 2\) on the local"):
+        make_ray_policies(config)
+    assert time.monotonic() - started < 120 and not ray.is_initialized()
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [
