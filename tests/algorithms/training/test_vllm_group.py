@@ -51,7 +51,7 @@ def even_tiny_b(source, directory):
     return directory
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def group(tmp_path_factory, tiny_pair_paths) -> Iterator:
     ray = pytest.importorskip("ray")
     from algorithms.training.ray import make_ray_policies
@@ -145,3 +145,31 @@ def test_the_groups_engine_follows_the_sharded_trainer_through_update_and_load(g
     ids = [[g.token_ids for g in grp] for grp in restored]
     assert ids == [[g.token_ids for g in grp] for grp in first]
     assert _differences(group, prompts, restored, f"tp {TP}, after load").max() < TOLERANCE
+
+
+def test_a_graft_step_of_the_loop_with_an_engine_in_each_agents_group(tmp_path):
+    """The paper layout in small: both tiny agents as worker groups of 2 ranks, each with
+    its rank-0 engine (TP 1), one GRAFT step of the real Trainer (concurrent rollouts and
+    updates, cross-scoring on the ranks); every agent's row reports its sync."""
+    ray = pytest.importorskip("ray")
+    from algorithms.training.loop import Trainer
+
+    options = {"rollout_backend": "vllm", "lr": 1e-3, "vllm_max_prompt_tokens": 256,
+               "vllm_tensor_parallel_size": 1, "vllm_kv_cache_gib": 0.25}  # fmt: skip
+    config = small_config(
+        tmp_path / "graft", "graft", agent_options=options, backend="ray", steps=1,
+        ray={"num_cpus": 5, "num_cpus_per_agent": 2, "torch_threads": 1,
+             "ranks_per_agent": 2, "placement_timeout_s": 120},
+    )  # fmt: skip
+    trainer = Trainer(config)
+    try:
+        rows = trainer.train()
+    finally:
+        for policy in trainer.policies.values():
+            policy.group.shutdown()
+        ray.shutdown()
+    assert sorted(row["agent"] for row in rows) == ["tiny-a", "tiny-b"]
+    for row in rows:
+        print(f"\n{row['agent']}: loss {row['loss']:.4f}, sync {row['time/weight_sync']:.2f} s")
+        assert np.isfinite(row["loss"]) and row["time/weight_sync"] > 0
+        assert row["sync/buckets"] >= 1
