@@ -260,6 +260,13 @@ def _check(config: TrainConfig) -> None:
     validate_as(ProceduralOptions, config.eval.procedural, ConfigError, "eval.procedural")
     for index, agent in enumerate(config.agents):
         check_policy_options(agent.options, f"agents.{index}.options")
+        budget = agent.options.get("max_tokens_per_micro_batch")
+        if budget is not None and budget <= config.sampling.max_new_tokens:
+            raise ConfigError(
+                f"agents.{index}.options.max_tokens_per_micro_batch: {budget} leaves no room for "
+                f"a prompt beside a full response (sampling.max_new_tokens "
+                f"{config.sampling.max_new_tokens}); a row must fit in one micro-batch"
+            )
     if config.ray:
         from algorithms.training.ray.options import parse_ray_options
 

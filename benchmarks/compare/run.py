@@ -394,14 +394,16 @@ def _run_workers(grid: GridSpec, cells: Sequence[Cell], out_dir: Path, workers: 
     level = logging.getLogger().getEffectiveLevel()
     running = {}
     main = threading.current_thread() is threading.main_thread()  # signals need it
-    previous = signal.signal(signal.SIGTERM, _stop_on_sigterm) if main else None
-    for number in range(1, workers + 1):
-        args = (number, grid, cells, out_dir, stop, failures, level, os.getpid())
-        process = context.Process(target=_worker, args=args, name=f"graft-compare-w{number}")
-        process.start()
-        running[process.sentinel] = (number, process)
+    previous = signal.getsignal(signal.SIGTERM)
     ended = []
-    try:
+    try:  # from the handler on: a SIGTERM while workers start still stops the started ones
+        if main:
+            signal.signal(signal.SIGTERM, _stop_on_sigterm)
+        for number in range(1, workers + 1):
+            args = (number, grid, cells, out_dir, stop, failures, level, os.getpid())
+            process = context.Process(target=_worker, args=args, name=f"graft-compare-w{number}")
+            process.start()
+            running[process.sentinel] = (number, process)
         while running:
             for sentinel in wait(list(running)):
                 number, process = running.pop(sentinel)

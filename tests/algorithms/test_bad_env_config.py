@@ -38,8 +38,8 @@ BAD_ENVS = [
     ),
     (
         ["env.dataset_options.difficulty=7"],
-        "env.dataset_options.difficulty: difficulty must be a level in [1, 2, 3, 4, 5], a non-empty list of them, or "
-        "None for the graded mix; got 7",
+        "env.dataset_options.difficulty: difficulty must be a level in [1, 2, 3, 4, 5], "
+        "a non-empty list of them, or None for the graded mix; got 7",
     ),
     (
         ["env.dataset_options.skills=[additon]"],

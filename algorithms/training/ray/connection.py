@@ -52,7 +52,7 @@ def connect(options: RayOptions, needs: Mapping[str, float] | None = None) -> No
 
 
 def _check_local_capacity(needs: Mapping[str, float]) -> None:
-    have = ray.cluster_resources()
+    have = ray.cluster_resources()  # ray.num_cpus / ray.num_gpus where set, else detected
     short = {key: (amount, have.get(key, 0)) for key, amount in needs.items()}
     short = {key: pair for key, pair in short.items() if pair[0] > pair[1] + 1e-9}
     if short:
@@ -60,11 +60,12 @@ def _check_local_capacity(needs: Mapping[str, float]) -> None:
         from algorithms.training.ray.placement import ClusterError  # it imports this module
 
         missing = ", ".join(
-            f"{need:g} {key} (this machine has {got:g})" for key, (need, got) in short.items()
+            f"{need:g} {key} (the cluster has {got:g})" for key, (need, got) in short.items()
         )
         raise ClusterError(
             f"the run needs {missing} on the local Ray cluster it starts (ray.address: null); "
-            "run it on a machine that has them, lower ray.num_gpus_per_agent / "
+            "its resources are ray.num_cpus / ray.num_gpus where set, else what this machine "
+            "has; run it where they suffice, lower ray.num_gpus_per_agent / "
             "ray.num_cpus_per_agent, or join a cluster with ray.address"
         )
 

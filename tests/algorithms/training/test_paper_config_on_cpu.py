@@ -116,40 +116,44 @@ def run(shrunk_models, tmp_path_factory, data_dir):
 
     from algorithms.training.loop import Trainer
 
-    started = time.perf_counter()
-    run_dir = tmp_path_factory.mktemp("paper") / "run"
-    config = load_config(CONFIG, cpu_overrides(shrunk_models, run_dir, data_dir))
-    first = Trainer(config, paper_policies(config))
-    print(f"first Trainer up (Ray + 4 ranks) at {time.perf_counter() - started:.0f} s")
-    placement = placement_rows(first.policies)
-    for row in placement:
-        print({k: row[k] for k in ("agent", "rank", "bundle", "gpu_ids", "cuda_visible_devices")})
+    try:  # the 4-actor cluster goes down also when setup or training fails
+        started = time.perf_counter()
+        run_dir = tmp_path_factory.mktemp("paper") / "run"
+        config = load_config(CONFIG, cpu_overrides(shrunk_models, run_dir, data_dir))
+        first = Trainer(config, paper_policies(config))
+        print(f"first Trainer up (Ray + 4 ranks) at {time.perf_counter() - started:.0f} s")
+        placement = placement_rows(first.policies)
+        for row in placement:
+            print(
+                {k: row[k] for k in ("agent", "rank", "bundle", "gpu_ids", "cuda_visible_devices")}
+            )
 
-    def stop_after_step_1(record):
-        raise Interrupted(record.step)
+        def stop_after_step_1(record):
+            raise Interrupted(record.step)
 
-    with pytest.raises(Interrupted):
-        first.train(on_step=stop_after_step_1)
-    next(iter(first.policies.values())).group.shutdown()  # one ActorGroup for the run
-    checkpoints = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
-    print(f"step 1 done, actors shut down at {time.perf_counter() - started:.0f} s")
-    resumed = Trainer(config, paper_policies(config))
-    print(f"resumed Trainer up at {time.perf_counter() - started:.0f} s")
-    ran = []
-    rows = resumed.train(on_step=lambda record: ran.append(record.step))
-    resumed_placement = placement_rows(resumed.policies)
-    next(iter(resumed.policies.values())).group.shutdown()
-    print(f"step 2 done at {time.perf_counter() - started:.0f} s")
-    yield {
-        "config": config,
-        "run_dir": run_dir,
-        "rows": rows,
-        "ran": ran,
-        "placement": placement,
-        "resumed_placement": resumed_placement,
-        "checkpoints_after_step_1": checkpoints,
-    }
-    ray.shutdown()
+        with pytest.raises(Interrupted):
+            first.train(on_step=stop_after_step_1)
+        next(iter(first.policies.values())).group.shutdown()  # one ActorGroup for the run
+        checkpoints = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+        print(f"step 1 done, actors shut down at {time.perf_counter() - started:.0f} s")
+        resumed = Trainer(config, paper_policies(config))
+        print(f"resumed Trainer up at {time.perf_counter() - started:.0f} s")
+        ran = []
+        rows = resumed.train(on_step=lambda record: ran.append(record.step))
+        resumed_placement = placement_rows(resumed.policies)
+        next(iter(resumed.policies.values())).group.shutdown()
+        print(f"step 2 done at {time.perf_counter() - started:.0f} s")
+        yield {
+            "config": config,
+            "run_dir": run_dir,
+            "rows": rows,
+            "ran": ran,
+            "placement": placement,
+            "resumed_placement": resumed_placement,
+            "checkpoints_after_step_1": checkpoints,
+        }
+    finally:
+        ray.shutdown()
 
 
 def test_the_overrides_leave_the_paper_layout(shrunk_models, tmp_path, data_dir):

@@ -267,7 +267,7 @@ def test_a_local_cluster_too_small_fails_at_once_not_after_the_timeout(tmp_path,
         ray={"num_cpus": 2, "num_cpus_per_agent": 64, "placement_timeout_s": 600},
     )
     started = time.monotonic()
-    with pytest.raises(ClusterError, match=r"needs 128 CPU \(this machine has 2\) on the local"):
+    with pytest.raises(ClusterError, match=r"needs 128 CPU \(the cluster has 2\) on the local"):
         make_ray_policies(config)
     assert time.monotonic() - started < 120 and not ray.is_initialized()
 

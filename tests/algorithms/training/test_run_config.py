@@ -77,6 +77,10 @@ def test_unknown_keys_are_named_with_the_valid_ones():
         ("agents.0.options.vllm_max_num_seqs=0", "agents.0.options.vllm_max_num_seqs: 0 must be"),
         ("agents.0.options.rollout_backend=tpu", "agents.0.options.rollout_backend: 'tpu' is not"),
         ("agents.0.options.tiny_seed=-1", "agents.0.options.tiny_seed: -1 must be >= 0"),
+        (
+            "agents.0.options.max_tokens_per_micro_batch=128",  # = sampling.max_new_tokens
+            "agents.0.options.max_tokens_per_micro_batch: 128 leaves no room for a prompt",
+        ),
         ("ray.adress=auto", "ray.adress: unknown option; valid: address, num_cpus, "),
         ("ray.num_cpus=0", "ray.num_cpus: 0 must be >= 1"),
         ("ray.placement_strategy=pack", "ray.placement_strategy: 'pack' is not one of 'PACK'"),
