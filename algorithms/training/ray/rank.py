@@ -150,18 +150,20 @@ class RankWorker:
                 torch.cuda.synchronize(policy.device)  # the engine reads the buffer next
             untouched[:] = engine.load(buffers[0], slots)
 
-        stats = sync_buckets(
-            policy.model,
-            DTYPES[policy.compute_dtype],
-            self.bucket_bytes,
-            owner=engine is not None,
-            staging=staging if engine is not None else None,
-            load=load if engine is not None else None,
-        )
+        try:
+            stats = sync_buckets(
+                policy.model,
+                DTYPES[policy.compute_dtype],
+                self.bucket_bytes,
+                owner=engine is not None,
+                staging=staging if engine is not None else None,
+                load=load if engine is not None else None,
+            )
+        finally:
+            if buffers and buffers[0][0] == "file":
+                Path(buffers[0][1]).unlink(missing_ok=True)  # the engine has it open
         if engine is None:
             return {}
-        if buffers and buffers[0][0] == "file":
-            Path(buffers[0][1]).unlink(missing_ok=True)  # the engine has it open
         if untouched:
             raise RuntimeError(
                 f"{policy.name}: weight sync left engine parameters {untouched} unset; the "
