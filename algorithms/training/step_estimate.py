@@ -6,8 +6,33 @@ GPUs), phase by phase (rollout, verify, scoring, update, weight sync, exchange),
 compares with the paper stack's ~2.5-4 min per step (issue 28's estimate for verl on 4 x H200).
 Nothing here has been checked against a GPU run of the paper configs: no such run exists.
 
-Assumptions, written down before any number was computed (the estimate is what comes out of
-them; none was changed afterwards to move the result):
+Assumptions A1-A11 were written down before any number was computed (ca88099); the estimate
+is what comes out of them. They have been amended since, each amendment recorded below with
+the figures it moved (pair 1 = configs/paper_smollm3_qwen3_1node.yaml, `graft plan ...
+--gpus 4`, 4 x H200 / 4 x H100-80GB):
+
+- 8ec41df, after seeing the output: A11 had every backend's agents run rollout, update and
+  sync at once; the local backend (every policy in the driver) runs them one after the
+  other. Moved: the local-backend figures only (paper_smollm3_qwen3.yaml on 4 x H200: 65 min
+  eager / 10.4 min vLLM per step, shown before as the slower agent's). Pair 1's worker-group
+  figures did not move (Ray backend: agents at once, as before).
+- After the review of ca88099-341e35c (its findings 4, 5, 6, 8), numbers as above:
+  A3: the measured update's positions count every row's prompt (128 x (128 + 8.3)), not
+  one prompt per group: 116 -> 122 TFLOP/s (11.7 -> 12.4 % MFU); update 159.1 -> 150.7 s
+  (SmolLM3), 91.3 -> 86.5 s (Qwen3), scoring 6.2 -> 5.9 s.
+  A5: the KV space is the engine's preallocated `vllm_gpu_memory_utilization` share (or
+  `vllm_kv_cache_gib`), not the GPU's leftover: KV free 117.0 / 125.8 -> 65.6 / 66.9 GiB
+  (H200), 56.0 / 64.8 -> 35.1 / 36.4 GiB (H100); memory per GPU while sampling 44.4 /
+  48.0 GiB on either GPU -> 87.7 / 80.1 GiB (H200), 57.2 / 49.6 GiB (H100). Pair 1
+  needs at most 15.4 / 24.0 GiB of KV per GPU: no stretch. paper_smollm3_qwen3.yaml (local
+  backend, samples with transformers) keeps the default 1 GiB `vllm_kv_cache_gib`, so its
+  vLLM alternative now stretches: 10.4 -> 93 min per step on 4 x H200.
+  A5: continuous batching over `vllm_max_num_seqs` = 256 slots (was: every row at once):
+  vLLM rollout 32.3 / 38.3 -> 40.7 / 45.7 s (H200), 40.7 / 50.1 -> 50.3 / 58.0 s (H100).
+  A9: the gather moves float32 (4 x params), buckets of `vllm_sync_bucket_mb` (512 MiB):
+  sync 0.29 / 0.16 -> 0.33 / 0.19 s.
+  Pair 1 with vLLM: 205 -> 204 s (H200), 217 -> 216 s (H100); eager 1117 -> 1108 s,
+  1153 -> 1144 s. Still within the target.
 
 A1. Workload (the paper's step, GRAFT-SPEC §11): every agent samples `prompts` x n = 128 x 8
     responses; a prompt is 140 tokens; responses follow the length mix the project already
@@ -21,14 +46,15 @@ A2. Token-budget micro-batches pad to 1.15 x the real tokens (the upper end meas
 A3. Training throughput (update and scoring forwards) is the FLOP rate measured on the H200:
     the 740M-parameter Llama of docs/results/gpu_check_h200/device_check_lr1e-6.json, mixed
     precision, gradient checkpointing: one update of 128 rows padded to 128 positions in
-    0.849 s (`mixed.models.scale-llama.gradient_checkpointing.update_s`), one micro-batch, so
-    4 forward-equivalents (forward, recomputation, backward = 2) -> 116 TFLOP/s, 11.7 % of the
-    H200's 989 dense bf16 TFLOP/s. A larger model is charged its FLOPs at that rate (FLOPs =
-    2 x linear parameters per token and forward-equivalent, plus causal attention 4 x layers
-    x query width x position); another GPU's rate is scaled by its peak bf16 FLOP/s. An
-    update runs 5 forward-equivalents per token with checkpointing (the no-grad log-prob
-    pass, the forward, the recomputation, backward = 2), 4 without; the local backend skips
-    the no-grad pass when a minibatch is one micro-batch. Scoring is 1 forward-equivalent.
+    0.849 s (`mixed.models.scale-llama.gradient_checkpointing.update_s`; every row carries
+    its ~8-token prompt), one micro-batch, so 4 forward-equivalents (forward, recomputation,
+    backward = 2) -> 122 TFLOP/s, 12.4 % of the H200's 989 dense bf16 TFLOP/s. A larger
+    model is charged its FLOPs at that rate (FLOPs = 2 x linear parameters per token and
+    forward-equivalent, plus causal attention 4 x layers x query width x position); another
+    GPU's rate is scaled by its peak bf16 FLOP/s. An update runs 5 forward-equivalents per
+    token with checkpointing (the no-grad log-prob pass, the forward, the recomputation,
+    backward = 2), 4 without; the local backend skips the no-grad pass when a minibatch is
+    one micro-batch. Scoring is 1 forward-equivalent.
 A4. Eager transformers rollout (`HFPolicy.generate`, our KV-cache loop): the measured decode
     step of the same 740M model, `mixed.models.scale-llama.sampling.generate_s` = 3.150 s for
     16 x 8 rows in 2 blocks of 64 rows x 128 steps = 256 steps -> 12.3 ms per step. Of that,
@@ -40,15 +66,24 @@ A4. Eager transformers rollout (`HFPolicy.generate`, our KV-cache loop): the mea
     `generation_batch_size`; a block runs until its longest row ends and finished rows leave
     it; a worker group deals the blocks over its ranks.
 A5. vLLM rollout (never run on a GPU by this project; no measured number exists): one engine
-    per agent at tensor parallelism TP = the agent's GPUs, every row of the step decoded at
-    once (max_num_seqs >= rows, prefix caching: each prompt prefilled once); a decode step is
-    the larger of its FLOPs at 50 % of the GPUs' peak and its bytes (bf16 weights / TP, the
-    live rows' bf16 KV cache / TP, the sampled rows' float32 logits 3 times) at A6's
-    bandwidth, plus 2 ms of scheduler / sampler / launch overhead per step and, at TP > 1,
-    two all-reduces of [rows, hidden] bf16 per layer at A7's link (10 us latency each). The
-    KV cache needed is the largest expected number of live tokens; when it does not fit the
-    GPU after the trainer's state and the engine's weights (and 2 GiB of engine workspace),
-    decode time grows by the ratio needed / available (preemption).
+    per agent at tensor parallelism TP = the agent's GPUs, prefix caching (each prompt
+    prefilled once), continuous batching over `vllm_max_num_seqs` = S slots (default 256):
+    with rows R <= S every row is decoded at once; with R > S the first R - S rows' tokens
+    are decoded with all S slots busy ((R - S) x mean response / S steps, at the mean
+    position of a decoded token), then the last S rows as if they started together (until
+    the longest ends). A decode step is the larger of its FLOPs at 50 % of the GPUs' peak
+    and its bytes (bf16 weights / TP, the live rows' bf16 KV cache / TP, the sampled rows'
+    float32 logits 3 times) at A6's bandwidth, plus 2 ms of scheduler / sampler / launch
+    overhead per step and, at TP > 1, two all-reduces of [rows, hidden] bf16 per layer at
+    A7's link (10 us latency each). The KV cache needed is the largest expected number of
+    live tokens (S rows at that mean position while all slots are busy, else the peak of
+    the last S rows). The KV space is what the engine preallocates whatever the live rows:
+    `vllm_kv_cache_gib` when set, else `vllm_gpu_memory_utilization` x the GPU's memory less
+    the engine's weights / TP (`ray.engine_settings`) and 2 GiB of engine workspace (its
+    activations come out of the same share); when the KV needed does not fit it, decode
+    time grows by the ratio needed / available (preemption). On one GPU the engine holds
+    that share (or its weights, the fixed KV and the workspace) beside the trainer's
+    resident state.
 A6. HBM bandwidth achieved: 70 % of the GPU's peak (H200 4.8 TB/s, H100 3.35, A100 2.04).
 A7. GPU-to-GPU links inside a node: 70 % of NVLink's per-direction bandwidth (H100/H200
     450 GB/s, A100 300 GB/s); host copies over PCIe at 25 GB/s.
@@ -57,10 +92,12 @@ A8. FSDP2 over k GPUs (worker groups): per micro-batch and rank, 3 all-gathers o
     each moving (k-1)/k of its bytes over A7's link, not overlapped with compute (an upper
     bound: FSDP2 prefetches). AdamW reads and writes 28 bytes per parameter shard per step at
     A6's bandwidth. Generation and scoring unshard the whole model once per call.
-A9. Weight sync (vLLM only): the FSDP shards all-gathered in bf16 (A7), written into the
-    engine (read + write of its bf16 shard, A6), in 1 GiB buckets at 5 ms of call overhead
-    each; sleep mode level 1 moves the engine's bf16 weights to host memory and back (A7's
-    PCIe) every step.
+A9. Weight sync (vLLM only): the FSDP shards all-gathered in the trainer's float32 (4 bytes
+    per parameter: `DTensor.full_tensor()` of the master weights, cast to the engine's bf16
+    afterwards, `ray.weight_sync`) over A7's link, written into the engine (read + write of
+    its bf16 shard, A6), in buckets of `vllm_sync_bucket_mb` (default 512 MiB) of bf16 at
+    5 ms of call overhead each; sleep mode level 1 moves the engine's bf16 weights to host
+    memory and back (A7's PCIe) every step.
 A10. Verify: the reward on the driver at 221 items/s per worker process (measured on this
     project's CPU machine: `python -m benchmarks.perf.verifier_throughput --items 500`,
     single process, MATH500 answers) with 8 workers. Exchange (driver): the GRAFT step's
@@ -90,7 +127,12 @@ from algorithms.training.memory_plan import (
     PolicyPlan,
     kv_cache_bytes_per_token,
 )
-from graft_env.policies.options import HFPolicyOptions
+from algorithms.training.ray.engine_settings import (
+    EngineSettings,
+    kv_bytes_per_token,
+    rank_update_peak,
+)
+from graft_env.policies.options import HFPolicyOptions, VLLMEngineOptions
 
 PAPER_STACK_S = (150.0, 240.0)
 """The paper stack's step (verl, 4 x H200, FSDP + vLLM at TP=2): ~2.5-4 min (issue 28)."""
@@ -122,7 +164,8 @@ LINK_LATENCY_S = 10e-6  # A5
 VLLM_COMPUTE_EFFICIENCY = 0.5  # A5
 VLLM_STEP_OVERHEAD_S = 2e-3  # A5
 VLLM_WORKSPACE_BYTES = 2 * GIB  # A5
-SYNC_BUCKET_BYTES = GIB  # A9
+ENGINE_DEFAULTS = VLLMEngineOptions()
+MIB = 2**20
 SYNC_CALL_S = 5e-3  # A9
 ADAMW_BYTES_PER_PARAM = 28  # A8: read p, g, m, v (fp32), write p, m, v
 VERIFY_ITEMS_PER_S = 221.4  # A10, verifier_throughput, single process
@@ -170,6 +213,13 @@ class LengthMix:
         # E[T^2] = p^2 + 2p E[L] + E[L^2], E[L^2] = sum_s (2s + 1) P(L > s)
         second = sum((2 * s + 1) * q for s, q in enumerate(self.survivals))
         return (p * p + 2 * p * self.mean_response + second) / (2 * self.mean_row)
+
+    @property
+    def decode_position(self) -> float:
+        """The mean position of a decoded token (its row's KV length then): sum_s P(L > s)
+        (p + s) / E[L], the mean context a busy decode slot holds (A5)."""
+        p = self.prompt_tokens
+        return sum(q * (p + s) for s, q in enumerate(self.survivals)) / self.mean_response
 
     def block_steps(self, rows: int) -> float:
         """Expected decode steps of a block of `rows` rows (until its longest row ends)."""
@@ -229,7 +279,7 @@ class Measured:
 
     @property
     def update_flops(self) -> float:
-        positions = self.update_rows * self.update_width + self.prompts * self.prompt_tokens
+        positions = self.update_rows * (self.update_width + self.prompt_tokens)  # each row's prompt
         mean_position = self.prompt_tokens + self.update_width / 2
         per = forward_flops_per_token(MEASURED_ARCH, mean_position)
         return positions * self.update_forward_equivalents * per
@@ -277,9 +327,10 @@ def train_flops_per_s(gpu: Gpu, measured: Measured = MEASURED) -> float:
     return measured.flops_per_s * gpu.bf16_tflops / MEASURED_GPU.bf16_tflops
 
 
-def vllm_kv_bytes_per_token(arch: Architecture) -> float:
-    """bf16 keys and values of every layer (vLLM's cache)."""
-    return 2 * 2 * arch.num_layers * arch.num_kv_heads * arch.head_dim
+def vllm_kv_bytes_per_token(arch: Architecture, tp: int = 1) -> float:
+    """bf16 keys and values of every layer on one of `tp` GPUs (vLLM's cache; the KV heads
+    split over tp, `ray.engine_settings.kv_bytes_per_token`)."""
+    return kv_bytes_per_token(arch, 2, tp)
 
 
 def gather_s(param_bytes: float, gpus: int, gpu: Gpu) -> float:
@@ -297,6 +348,8 @@ class Agent:
     gpus: int = 1
     group: bool = False  # a worker group (FSDP2 over `gpus` ranks): always two-pass updates
     rollout_backend: str = "transformers"
+    max_num_seqs: int = ENGINE_DEFAULTS.max_num_seqs  # vllm_max_num_seqs: decode slots (A5)
+    sync_bucket_mb: float = ENGINE_DEFAULTS.sync_bucket_mb  # vllm_sync_bucket_mb (A9)
 
 
 def eager_rollout_s(agent: Agent, gpu: Gpu, work: StepWorkload, measured=MEASURED) -> float:
@@ -321,36 +374,58 @@ def eager_rollout_s(agent: Agent, gpu: Gpu, work: StepWorkload, measured=MEASURE
     return per_rank * block + gather_s(2 * arch.params, agent.gpus, gpu)
 
 
-def vllm_peak_kv_tokens(work: StepWorkload) -> float:
-    """The largest expected number of live tokens over the decode (A5)."""
+def vllm_peak_kv_tokens(work: StepWorkload, slots: int | None = None) -> float:
+    """The largest expected number of live tokens over the decode with `slots` decode slots
+    (None: every row at once) (A5)."""
     mix = work.mix
-    return work.rows * max(q * (mix.prompt_tokens + s) for s, q in enumerate(mix.survivals))
+    last = work.rows if slots is None else min(slots, work.rows)
+    peak = last * max(q * (mix.prompt_tokens + s) for s, q in enumerate(mix.survivals))
+    if last < work.rows:
+        peak = max(peak, last * mix.decode_position)
+    return peak
+
+
+def _vllm_decode_step_s(agent: Agent, gpu: Gpu, live: float, kv_tokens: float) -> float:
+    """A5: one decode step of `live` rows holding `kv_tokens` tokens of KV between them."""
+    arch, tp = agent.arch, agent.gpus
+    compute = tp * gpu.bf16_tflops * 1e12 * VLLM_COMPUTE_EFFICIENCY
+    attention = 4 * arch.num_layers * arch.num_heads * arch.head_dim * kv_tokens
+    flops = live * 2 * arch.linear_params + attention
+    read = (
+        2 * arch.params / tp
+        + kv_tokens * vllm_kv_bytes_per_token(arch, tp)
+        + live * 3 * 4 * arch.vocab_size
+    )
+    step = max(flops / compute, read / hbm_bytes_per_s(gpu)) + VLLM_STEP_OVERHEAD_S
+    if tp > 1:
+        message = live * arch.hidden_size * 2
+        step += 2 * arch.num_layers * (LINK_LATENCY_S + message / link_bytes_per_s(gpu))
+    return step
 
 
 def vllm_rollout_s(
     agent: Agent, gpu: Gpu, work: StepWorkload, kv_available: float | None = None
 ) -> float:
-    """A5: one engine over the agent's GPUs at TP = gpus, every row at once."""
-    arch, mix, tp = agent.arch, work.mix, agent.gpus
-    compute = tp * gpu.bf16_tflops * 1e12 * VLLM_COMPUTE_EFFICIENCY
-    bandwidth = hbm_bytes_per_s(gpu)
-    kv = vllm_kv_bytes_per_token(arch)
+    """A5: one engine over the agent's GPUs at TP = gpus, continuous batching over its
+    `max_num_seqs` slots; `kv_available`: KV-cache bytes per GPU (None: enough)."""
+    arch, mix = agent.arch, work.mix
+    last = min(agent.max_num_seqs, work.rows)
     total = 0.0
+    if work.rows > last:  # every slot busy until the queue's last rows are in
+        busy_steps = (work.rows - last) * mix.mean_response / last
+        step = _vllm_decode_step_s(agent, gpu, last, last * mix.decode_position)
+        total += busy_steps * step
     for s, q in enumerate(mix.survivals):
-        live = work.rows * q
+        live = last * q
         if live <= 0:
             continue
-        position = mix.prompt_tokens + s
-        flops = live * forward_flops_per_token(arch, position)
-        read = 2 * arch.params / tp + live * position * kv / tp + live * 3 * 4 * arch.vocab_size
-        step = max(flops / compute, read / bandwidth) + VLLM_STEP_OVERHEAD_S
-        if tp > 1:
-            message = live * arch.hidden_size * 2
-            step += 2 * arch.num_layers * (LINK_LATENCY_S + message / link_bytes_per_s(gpu))
-        total += (1 - (1 - q) ** work.rows) * step if q < 1 else step
+        step = _vllm_decode_step_s(agent, gpu, live, live * (mix.prompt_tokens + s))
+        total += (1 - (1 - q) ** last) * step if q < 1 else step
     if kv_available is not None:
-        needed = vllm_peak_kv_tokens(work) * kv / tp
+        needed = vllm_peak_kv_tokens(work, agent.max_num_seqs)
+        needed *= vllm_kv_bytes_per_token(arch, agent.gpus)
         total *= max(1.0, needed / max(kv_available, 1.0))
+    compute = agent.gpus * gpu.bf16_tflops * 1e12 * VLLM_COMPUTE_EFFICIENCY
     prefill = (
         work.prompts * mix.prompt_tokens * forward_flops_per_token(arch, mix.prompt_tokens / 2)
     )
@@ -399,12 +474,13 @@ def scoring_s(agent: Agent, gpu: Gpu, work: StepWorkload, measured=MEASURED) -> 
 
 
 def weight_sync_s(agent: Agent, gpu: Gpu) -> float:
-    """A9: shards gathered, written into the engine, sleep and wake."""
-    weights = 2 * agent.arch.params
+    """A9: float32 shards gathered, cast and written into the engine in bf16 buckets, sleep
+    and wake."""
+    weights = 2 * agent.arch.params  # the engine's bf16
     shard = weights / agent.gpus
-    buckets = math.ceil(weights / SYNC_BUCKET_BYTES)
+    buckets = math.ceil(weights / (agent.sync_bucket_mb * MIB))
     return (
-        gather_s(weights, agent.gpus, gpu)
+        gather_s(4 * agent.arch.params, agent.gpus, gpu)
         + 2 * shard / hbm_bytes_per_s(gpu)
         + buckets * SYNC_CALL_S
         + 2 * shard / (gpu.pcie_gb_s * 1e9)
@@ -549,20 +625,31 @@ def per_gpu_bytes(plan: PolicyPlan, gpus: int) -> dict[str, float]:
     return {phase: state + held(terms) for phase, terms in plan.phases.items()}
 
 
-def vllm_generate_bytes(plan: PolicyPlan, gpus: int, work: StepWorkload) -> float:
-    """One GPU while a vLLM engine at TP = gpus decodes: the trainer's sharded state (it
-    stays), the engine's bf16 weights / TP, its KV cache for every row at once, workspace."""
-    arch = plan.architecture
-    state = sum(t.bytes / gpus if sharded(t.name) else t.bytes for t in plan.persistent)
-    kv = vllm_peak_kv_tokens(work) * vllm_kv_bytes_per_token(arch) / gpus
-    return state + 2 * arch.params / gpus + kv + VLLM_WORKSPACE_BYTES
+@dataclass(frozen=True)
+class EngineMemory:
+    """One GPU of an agent's vLLM engine (A5): the KV space it preallocates and all the GPU
+    holds while it samples (the trainer's resident state beside it)."""
+
+    kv_bytes: float
+    sampling_bytes: float
 
 
-def vllm_kv_available(plan: PolicyPlan, gpus: int, capacity: float, reserve: float) -> float:
-    """KV-cache bytes one GPU has left for the engine (A5)."""
-    arch = plan.architecture
-    state = sum(t.bytes / gpus if sharded(t.name) else t.bytes for t in plan.persistent)
-    return capacity - reserve - state - 2 * arch.params / gpus - VLLM_WORKSPACE_BYTES
+def vllm_engine_memory(
+    plan: PolicyPlan, gpus: int, settings: EngineSettings, kv_cache_gib: float | None
+) -> EngineMemory:
+    """A5 from the engine's settings (`ray.engine_settings.engine_settings` on CUDA with the
+    memory figures): `vllm_kv_cache_gib` when set, else the `vllm_gpu_memory_utilization`
+    share less the engine's weights per GPU and its workspace."""
+    if settings.engine_weight_bytes is None or settings.kv_cache_bytes is None:
+        raise ValueError("vllm_engine_memory: the engine settings lack their memory figures")
+    resident, _ = rank_update_peak(plan, gpus)
+    if kv_cache_gib is not None:
+        kv = kv_cache_gib * GIB
+        engine = settings.engine_weight_bytes + kv + VLLM_WORKSPACE_BYTES
+    else:
+        kv = settings.kv_cache_bytes - VLLM_WORKSPACE_BYTES
+        engine = settings.kv_cache_bytes + settings.engine_weight_bytes  # the whole share
+    return EngineMemory(kv, resident + engine)
 
 
 def gpu_for(memory_gib: float, kind: str | None = None) -> Gpu:
@@ -594,8 +681,9 @@ def assumption_lines(
         f"(measured {measured.generate_s / measured.decode_steps * 1e3:.1f} ms steps) + "
         f"memory at {HBM_EFFICIENCY:.0%} of HBM",
         f"  A5 vLLM (not measured): decode at {VLLM_COMPUTE_EFFICIENCY:.0%} of peak FLOP/s or "
-        f"{HBM_EFFICIENCY:.0%} of HBM, {VLLM_STEP_OVERHEAD_S * 1e3:.0f} ms per step, all rows "
-        "at once; A8 FSDP2 collectives not overlapped; A9 sleep level 1 + bucketed sync",
+        f"{HBM_EFFICIENCY:.0%} of HBM, {VLLM_STEP_OVERHEAD_S * 1e3:.0f} ms per step, continuous "
+        "batching over vllm_max_num_seqs slots, KV from the engine's preallocated share; A8 "
+        "FSDP2 collectives not overlapped; A9 fp32 gather, sleep level 1 + bucketed sync",
         f"  A10 verify {VERIFY_ITEMS_PER_S:.0f} items/s x {VERIFY_WORKERS} workers; A11 agents "
         f"{'at once (Ray actors)' if together else 'one after the other (local backend)'} in "
         "rollout, update, sync; checkpoints and evaluation not counted",

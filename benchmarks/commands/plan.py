@@ -16,8 +16,9 @@ from __future__ import annotations
 import argparse
 
 from algorithms.training import memory_plan, step_estimate
+from algorithms.training.ray.engine_settings import engine_options, engine_settings
 from algorithms.training.ray.options import parse_ray_options
-from algorithms.training.run_config import load_config
+from algorithms.training.run_config import ConfigError, load_config
 
 DEFAULT_PROMPT_TOKENS = 1024
 
@@ -93,9 +94,51 @@ def estimate_agents(
         options = memory_plan.policy_options(agent.options)
         arch = memory_plan.architecture_of(agent.model, f"agents.{index}.model")
         backend = str(agent.options.get("rollout_backend", "transformers"))
-        agents.append(step_estimate.Agent(agent.name, arch, options, gpus, bool(ranks), backend))
+        engine = engine_options(agent.options, f"agents.{index}.options")
+        agents.append(
+            step_estimate.Agent(
+                agent.name,
+                arch,
+                options,
+                gpus,
+                bool(ranks),
+                backend,
+                max_num_seqs=engine.max_num_seqs,
+                sync_bucket_mb=engine.sync_bucket_mb,
+            )
+        )
         plans.append((memory_plan.plan_policy(arch, options, work), gpus))
     return agents, plans
+
+
+def engine_memory(
+    config, work: memory_plan.Workload, capacity: float, plans
+) -> list[step_estimate.EngineMemory | None]:
+    """Per agent on CUDA, its vLLM engine's KV space and the GPU's bytes while it samples
+    (A5, from `ray.engine_settings`); None on another device, or for an agent that samples
+    with transformers and whose engine settings would be refused."""
+    memories: list[step_estimate.EngineMemory | None] = []
+    for index, (agent, (plan, gpus)) in enumerate(zip(config.agents, plans, strict=True)):
+        try:
+            settings = engine_settings(
+                index,
+                agent.options,
+                config.sampling.max_new_tokens,
+                gpus,
+                architecture=plan.architecture,
+                work=work,
+                capacity=capacity,
+            )
+        except ConfigError:
+            if agent.options.get("rollout_backend") == "vllm":
+                raise
+            settings = None
+        if settings is None or settings.kv_cache_bytes is None:
+            memories.append(None)
+            continue
+        kv_gib = engine_options(agent.options, f"agents.{index}.options").kv_cache_gib
+        memories.append(step_estimate.vllm_engine_memory(plan, gpus, settings, kv_gib))
+    return memories
 
 
 def estimate_lines(
@@ -114,8 +157,8 @@ def estimate_lines(
     )
     gpu = step_estimate.gpu_for(capacity / memory_plan.GIB, kind)
     agents, plans = estimate_agents(config, work)
-    reserve = memory_plan.RESERVE_BYTES
-    kv = [step_estimate.vllm_kv_available(plan, k, capacity, reserve) for plan, k in plans]
+    engines = engine_memory(config, work, capacity, plans)
+    kv = [None if e is None else e.kv_bytes for e in engines]
     together = config.backend == "ray"  # actors of their own: agents at once (A11)
     estimate = step_estimate.estimate_step(agents, gpu, step, kv, together=together)
     lines = step_estimate.assumption_lines(gpu, step, together=together)
@@ -124,12 +167,15 @@ def estimate_lines(
     lines.append(
         f"  {'GiB per GPU (FSDP2 shards / GPUs)':<34}"
         + "".join(f"{phase:>10}" for phase in memory_plan.PHASES)
-        + f"{'vLLM gen':>10}{'KV free':>10}  (vLLM: trainer state + engine at TP=GPUs)"
+        + f"{'vLLM gen':>10}{'KV free':>10}  (vLLM: trainer state + the engine's share)"
     )
-    for agent, (plan, k), free in zip(agents, plans, kv, strict=True):
+    for agent, (plan, k), engine in zip(agents, plans, engines, strict=True):
         phases = step_estimate.per_gpu_bytes(plan, k)
-        vllm = step_estimate.vllm_generate_bytes(plan, k, step)
         cells = "".join(f"{phases[p] / gib:>10.1f}" for p in memory_plan.PHASES)
+        if engine is None:
+            cells += f"{'-':>10}{'-':>10}"
+        else:
+            cells += f"{engine.sampling_bytes / gib:>10.1f}{engine.kv_bytes / gib:>10.1f}"
         label = f"{agent.name}, {k} GPU(s)"
-        lines.append(f"    {label:<32}{cells}{vllm / gib:>10.1f}{free / gib:>10.1f}")
+        lines.append(f"    {label:<32}{cells}")
     return lines

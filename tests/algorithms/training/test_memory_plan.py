@@ -160,3 +160,29 @@ def test_plan_shards_the_state_only_for_worker_groups(capsys):
         (total,) = [line for line in out.splitlines() if line.startswith("  total (")]
         totals[backend] = float(total.split(": ")[1].split(" s")[0])
     assert totals["local"] > totals["ray"]
+
+
+def _engine_columns(out: str) -> dict[str, tuple[float, float]]:
+    """Each agent's (vLLM gen, KV free) GiB per GPU from `graft plan`'s memory table."""
+    rows = [line.split() for line in out.splitlines() if ", 2 GPU(s)" in line]
+    return {row[0].rstrip(","): (float(row[-2]), float(row[-1])) for row in rows}
+
+
+def test_plan_sizes_the_vllm_engine_from_its_gpu_memory_share(capsys):
+    """The engine preallocates `vllm_gpu_memory_utilization` x the GPU whatever the rows (A5):
+    0.3 instead of the shipped 0.5 lowers both the memory while sampling and the KV space by
+    0.2 x 141 GiB per GPU; a fixed `vllm_kv_cache_gib` is the KV space itself."""
+    config = str(REPO / "configs" / "paper_smollm3_qwen3_1node.yaml")
+    argv = ["plan", config, "--gpu-memory", "141", "--gpus", "4"]
+    columns = {}
+    for name, value in (("gpu_memory_utilization", 0.5), ("gpu_memory_utilization", 0.3),
+                        ("kv_cache_gib", 12.0)):  # fmt: skip
+        sets = [f"agents.{i}.options.vllm_{name}={value}" for i in (0, 1)]
+        assert cli.main([*argv, *(arg for s in sets for arg in ("--set", s))]) == 0
+        columns[value] = _engine_columns(capsys.readouterr().out)
+    for agent in ("smollm3-3b", "qwen3-1.7b"):
+        (gen5, kv5), (gen3, kv3) = columns[0.5][agent], columns[0.3][agent]
+        assert gen5 - gen3 == pytest.approx(0.2 * 141, abs=0.15)
+        assert kv5 - kv3 == pytest.approx(0.2 * 141, abs=0.15)
+        assert columns[12.0][agent][1] == 12.0
+        assert columns[12.0][agent][0] < gen3
