@@ -14,13 +14,17 @@ learning_curves.png.
   gap-*-b from carry additions, `procedural/addition`; read from `GapTargets.families`), in
   points; the other family is its strength, reported as a forgetting guard. Per model and
   pooled (the mean of a and b).
-- Each contrast of the pre-registration's section 4 (`contrast_specs`; H2 by `slope_terms`)
+- Each contrast of the pre-registration's section 4 (`contrast_specs`; H2 by `slope_entry`)
   is a weighted sum of (label, model) scores over exactly the seeds whose cells of that
   contrast all finished (the others are listed with the cells they lack), with the
   two-level paired bootstrap of `stats.paired_contrast` (seeds and problems resampled), the
   t-interval over the per-seed values and the MDE at 80 % power (`stats.t_interval`,
   `stats.detectable_effect`), and the verdict rule of section 5 (`verdicts`). A contrast
   whose cells did not run is listed as "not run".
+- H2's interval resamples within each dose, as section 5 registers it (`slope_bootstrap`):
+  each dose's part of the slope has its own independent bootstrap (seeds and problems
+  resampled, stream seeded (bootstrap seed, dose index)), and the slope's replicates are
+  the sum of the doses'.
 - Contrasts across models (pooled, H2, H3) go through `paired_contrast` on one "gap" record
   per cell and model (`gap_record`): its own gap set as measured, the other gap set zeroed,
   so that the set weights (1 on each gap set) take each model's score on its own gap only.
@@ -63,6 +67,7 @@ from benchmarks.study.report import (
 )
 from benchmarks.study.stats import (
     Difference,
+    contrast_replicates,
     detectable_effect,
     paired_contrast,
     t_interval,
@@ -333,6 +338,17 @@ def empty_entry(terms: Sequence[Term] = (), margin: float = 0.0, null: bool = Fa
 
 
 def _assess(study: Study, terms: Sequence[Term], margin: float, null: bool) -> dict[str, Any]:
+    entry = _seeded_entry(study, terms, margin, null)
+    if entry["not_run"] is None:
+        records, weights, sets = _bootstrap_inputs(study, terms, entry["seeds"])
+        boot = paired_contrast(records, GAP_MODEL, weights, sets, **study.bootstrap)
+        _judge(entry, boot, margin, null)
+    return entry
+
+
+def _seeded_entry(study: Study, terms: Sequence[Term], margin: float, null: bool) -> dict:
+    """A contrast's entry with its seeds (those all its cells finished), the seeds left out
+    and the cells they lack, and the per-seed values; or "not run" and why."""
     entry = empty_entry(terms, margin, null)
     pairs = [(label, model) for label, model, _ in terms]
     absent = [_term_name(*p) for p in dict.fromkeys(pairs) if not study.records.get(p)]
@@ -349,14 +365,21 @@ def _assess(study: Study, terms: Sequence[Term], margin: float, null: bool) -> d
         entry["not_run"] = "no seed has every cell of the contrast finished"
         return entry
     entry["seeds"] = seeds
-    per_seed = {
-        s: sum(
+    entry["per_seed"] = {
+        str(s): sum(
             w * gap_score(study.records[(label, m)][s], study.gaps[m].gap_set)
             for label, m, w in terms
         )
         for s in seeds
     }
-    entry["per_seed"] = {str(s): v for s, v in per_seed.items()}
+    return entry
+
+
+def _bootstrap_inputs(
+    study: Study, terms: Sequence[Term], seeds: Sequence[Any]
+) -> tuple[list[Record], dict[str, float], dict[str, float]]:
+    """The terms as `paired_contrast` takes them: one gap record per (term, seed), labelled
+    by the term, the label weights, and weight 1 on each gap set the terms name."""
     weights: dict[str, float] = defaultdict(float)
     records = []
     for label, model, weight in terms:
@@ -366,11 +389,16 @@ def _assess(study: Study, terms: Sequence[Term], margin: float, null: bool) -> d
         records += [gap_record(study.records[(label, model)][s], name, gap_set) for s in seeds]
     records = list({(r["label"], r["seed"]): r for r in records}.values())
     sets = dict.fromkeys(sorted({study.gaps[m].gap_set for _, m, _ in terms}), 1.0)
-    boot = paired_contrast(records, GAP_MODEL, weights, sets, **study.bootstrap)
+    return records, dict(weights), sets
+
+
+def _judge(entry: dict[str, Any], boot: Difference, margin: float, null: bool) -> None:
+    """Section 5's verdicts on the entry's bootstrap interval and its per-seed t-interval;
+    "not resolvable here" where unresolved and the MDE exceeds the distance to the threshold."""
     entry["bootstrap"] = asdict(boot)
     entry["bootstrap_verdict"] = verdicts(boot.mean, boot.low, boot.high, margin, null)
     entry["verdict"] = entry["bootstrap_verdict"]
-    values = list(per_seed.values())
+    values = list(entry["per_seed"].values())
     if len(values) >= 2:
         low, high = t_interval(values)
         entry["t_interval"] = {"low": low, "high": high}
@@ -381,7 +409,6 @@ def _assess(study: Study, terms: Sequence[Term], margin: float, null: bool) -> d
         distance = abs(boot.mean + margin)  # from the threshold
         if entry["verdict"] == "unresolved" and entry["mde"] > distance:
             entry["verdict"] = NOT_RESOLVABLE
-    return entry
 
 
 def scoped_terms(study: Study, contrast: Contrast, scope: str) -> list[Term] | None:
@@ -452,10 +479,11 @@ def slope_entry(study: Study, arm: str) -> dict[str, Any]:
     """H2 for one exchange arm: the least-squares slope of the per-(dose, model) mean of
     arm - GRPO n=8 on that cell group's measured gate candidates per step, across the doses
     and both models. With x fixed at the measured means the slope is the linear contrast
-    sum_i c_i (arm - GRPO n=8)_i, c_i = (x_i - mean x) / sum_j (x_j - mean x)^2, so its
-    interval is `paired_contrast`'s (seeds and problems resampled, as every contrast's) and
-    its per-seed values are the same contrast per seed. Doses without finished cells are
-    left out and listed (`doses_missing`)."""
+    sum_i c_i (arm - GRPO n=8)_i, c_i = (x_i - mean x) / sum_j (x_j - mean x)^2; its
+    per-seed values are the same contrast per seed (the t-interval and MDE are over them).
+    Its bootstrap interval resamples within each dose, as section 5 registers it
+    (`slope_bootstrap`). Doses without finished cells are left out and listed
+    (`doses_missing`)."""
     present = [
         (pair, model)
         for pair in DOSES
@@ -476,6 +504,7 @@ def slope_entry(study: Study, arm: str) -> dict[str, Any]:
         "doses": doses,
         "doses_missing": [pair for pair in DOSES if pair not in doses],
         "points": [],
+        "bootstrap_streams": {},
     }
     if len(doses) < 2:
         entry["not_run"] = f"finished cells of {arm} and {GRPO8} at {len(doses)} dose(s)"
@@ -502,8 +531,45 @@ def slope_entry(study: Study, arm: str) -> dict[str, Any]:
             for s in seeds
         ]
         point["difference"] = float(np.mean(differences))
-    entry.update(assess(study, terms))
+    entry.update(_seeded_entry(study, terms, 0.0, False))
+    if entry["not_run"] is None:
+        boot, entry["bootstrap_streams"] = slope_bootstrap(study, terms, entry["seeds"])
+        _judge(entry, boot, 0.0, False)
     return entry
+
+
+def slope_bootstrap(
+    study: Study, terms: Sequence[Term], seeds: Sequence[Any]
+) -> tuple[Difference, dict[str, list[int]]]:
+    """H2's interval: each dose's part of the slope (sum over its models i of c_i (arm -
+    GRPO n=8)_i, the coefficients held fixed) is bootstrapped on its own, `study.bootstrap`'s
+    resamples with its own stream, seeded (bootstrap seed, the dose's index in DOSES); within
+    a dose the seeds (its two models share a seed's cell) and the problems are resampled as
+    in `paired_contrast`, independently of every other dose. The slope's replicates are the
+    sum of the doses' replicates; the interval their 2.5 and 97.5 % quantiles. Returns it
+    with each dose's stream seed (numpy's SeedSequence drops trailing zero words, so gap-d0's
+    (0, 0) draws as seed 0 does)."""
+    by_dose: dict[str, list[Term]] = defaultdict(list)
+    for term in terms:
+        by_dose[study.gaps[term[1]].pair].append(term)
+    resamples, seed = study.bootstrap.get("resamples", 10_000), study.bootstrap.get("seed", 0)
+    streams = {pair: [seed, DOSES.index(pair)] for pair in sorted(by_dose, key=DOSES.index)}
+    parts = []
+    for pair, stream in streams.items():
+        records, weights, sets = _bootstrap_inputs(study, by_dose[pair], seeds)
+        parts.append(
+            contrast_replicates(records, GAP_MODEL, weights, sets, resamples=resamples, seed=stream)
+        )
+    replicates = np.sum([part.values for part in parts], axis=0)
+    low, high = np.quantile(replicates, [0.025, 0.975])
+    boot = Difference(
+        mean=float(sum(part.mean for part in parts)),
+        low=float(low),
+        high=float(high),
+        seeds=len(seeds),
+        problems=max(part.problems for part in parts),
+    )
+    return boot, streams
 
 
 # ---- descriptive: doses, scores, funnel, curves, provenance
@@ -952,8 +1018,12 @@ def render(report: Mapping[str, Any]) -> str:
         "exceeds the estimate's distance from the threshold. Null controls (N1, N2): supported "
         "if the interval contains 0. FLAG: the t-interval's verdict differs. H2 (points per "
         "gate candidate per step): the slope is a linear contrast of the per-(dose, model) "
-        "differences at the measured candidates, so its interval resamples seeds and problems "
-        "as every other contrast does.",
+        "differences, its coefficients fixed at the measured candidates; as section 5 "
+        "registers it, its bootstrap resamples within each dose: each dose's part (its two "
+        "models' differences times their coefficients) is resampled on its own, seeds and "
+        "problems, with an independent stream per dose (seeded (bootstrap seed, dose index "
+        "in gap-d0, gap-d5, gap-d15, gap-d30)), and the slope's replicates are the sums of "
+        "the doses' replicates. Its t-interval and MDE are over the per-seed slopes.",
         "",
     ]
     for e in report["contrasts"]:

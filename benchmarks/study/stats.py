@@ -13,7 +13,9 @@ as the table.
   set are resampled with replacement (every cell is evaluated on the same fixed problems, so
   problems are paired too). Both sources of uncertainty enter the interval: the training
   seed and the finite test set. `paired_difference` (label minus baseline) and
-  `label_interval` (one label's mean) are its two common cases.
+  `label_interval` (one label's mean) are its two common cases. `contrast_replicates`: the
+  same point and bootstrap, returning the replicates themselves (to combine contrasts that
+  are resampled independently, e.g. one per dose).
 - `verdict`: supported / refuted / unresolved for a hypothesis of the form
   "difference > 0" (superiority) or "difference >= -margin" (non-inferiority).
 - `seeds_needed`: the smallest number of seeds whose t-interval on a paired difference
@@ -165,6 +167,64 @@ def paired_contrast(
         mean=100 * float(point),
         low=100 * float(low),
         high=100 * float(high),
+        seeds=len(seeds),
+        problems=sum(len(ids) for ids in problem_ids.values()),
+    )
+
+
+@dataclass(frozen=True)
+class Replicates:
+    """A contrast's point estimate and its bootstrap replicates, in percentage points."""
+
+    mean: float
+    values: np.ndarray  # [resamples]
+    seeds: int
+    problems: int
+
+
+def contrast_replicates(
+    records: Sequence[Record],
+    model: str,
+    label_weights: Mapping[str, float],
+    set_weights: Mapping[str, float] | None = None,
+    *,
+    resamples: int = 10_000,
+    seed: int | Sequence[int] = 0,
+) -> Replicates:
+    """`paired_contrast`'s point and its bootstrap replicates themselves (the same two-level
+    resampling of seeds and problems, the same draws for an int `seed`), for a statistic
+    that combines several independently resampled contrasts; `seed` may be a sequence
+    (numpy's SeedSequence entropy, e.g. (0, i) for the i-th of several independent streams)."""
+    if not label_weights:
+        raise ValueError(f"contrast_replicates for model {model!r}: no labels to weigh")
+    cells = _paired({label: _by_seed(records, label, model) for label in label_weights}, model)
+    seeds = list(cells)
+    first = next(iter(cells[seeds[0]].values()))
+    known = list(first["problems"])
+    if set_weights is None:
+        set_weights = dict.fromkeys(known, 1.0 / len(known))
+    unknown = [name for name in set_weights if name not in first["problems"]]
+    if unknown:
+        raise ValueError(f"contrast_replicates: set {unknown[0]!r} is not one of {known}")
+    names = list(set_weights)
+    problem_ids = {name: sorted(first["problems"][name]) for name in names}
+    contrast = [np.zeros((len(seeds), len(problem_ids[name]))) for name in names]
+    for label, weight in label_weights.items():
+        for row, s in enumerate(seeds):
+            for values, rates in zip(contrast, _rates(cells[s][label], problem_ids), strict=True):
+                values[row] += weight * rates
+    point = sum(set_weights[name] * d.mean() for name, d in zip(names, contrast, strict=True))
+    rng = np.random.default_rng(seed)
+    replicates = np.zeros(resamples)
+    seed_draws = rng.integers(0, len(seeds), size=(resamples, len(seeds)))
+    for name, d in zip(names, contrast, strict=True):
+        problem_draws = rng.integers(0, d.shape[1], size=(resamples, d.shape[1]))
+        per_seed = d[:, problem_draws].mean(axis=2)  # [seeds, resamples]
+        resampled = np.take_along_axis(per_seed.T, seed_draws, axis=1).mean(axis=1)
+        replicates += set_weights[name] * resampled
+    return Replicates(
+        mean=100 * float(point),
+        values=100 * replicates,
         seeds=len(seeds),
         problems=sum(len(ids) for ids in problem_ids.values()),
     )

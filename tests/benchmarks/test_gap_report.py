@@ -21,9 +21,26 @@ import pytest
 
 from benchmarks.compare.cells import plan_cells
 from benchmarks.compare.grid import load_grid
-from benchmarks.study.gap_report import GRIDS, NOT_RESOLVABLE, gap_models, main
+from benchmarks.study.gap_report import (
+    GAP_MODEL,
+    GRIDS,
+    NOT_RESOLVABLE,
+    GapModel,
+    Study,
+    _bootstrap_inputs,
+    gap_models,
+    main,
+    slope_entry,
+)
 from benchmarks.study.report import GRAFT, GRPO8, GRPO32, NO_COMPAT, NO_FLOOR
-from benchmarks.study.stats import detectable_effect, t80, t975, t_interval
+from benchmarks.study.stats import (
+    contrast_replicates,
+    detectable_effect,
+    paired_contrast,
+    t80,
+    t975,
+    t_interval,
+)
 from graft_env.policies.tiny.config import cache_key, pair_of
 
 REPO = Path(__file__).resolve().parents[2]
@@ -332,6 +349,9 @@ def test_h2_is_the_slope_over_the_measured_candidates(study):
     assert [p["difference"] for p in h2["points"]] == pytest.approx(ys)
     assert entry(study["results"], f"H2 {GRAFT}", "both models")["verdict"] != "supported"
     assert "no finished cells at gap-d5 (a deviation from the four doses)" in study["md"]
+    streams = {"gap-d0": [0, 0], "gap-d15": [0, 2], "gap-d30": [0, 3]}  # (seed 0, dose index)
+    assert h2["bootstrap_streams"] == streams
+    assert "its bootstrap resamples within each dose" in study["md"]
 
 
 def test_doses_provenance_and_the_paper(study):
@@ -367,3 +387,106 @@ def test_doses_provenance_and_the_paper(study):
     assert (row["floor_pass"], row["mean_s"]) == (0.5, 0.5)
     for name in ("dose_response.png", "learning_curves.png"):
         assert (study["dir"] / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+
+
+def correlated_study(resamples: int = 2000) -> Study:
+    """Two doses (gap-d0, gap-d30), both models, six seeds, twelve problems a set: at every
+    (dose, model) the arm - GRPO n=8 difference is the same seed effect on every problem
+    (0 or 2 of 4 extra samples, alternating seeds) plus 2 of 4 at gap-d0. The seed effect is
+    perfectly correlated across doses, so a bootstrap that shares one seed draw across the
+    doses cancels it out of the slope (whose coefficients sum to 0); resampled within each
+    dose, as registered, it does not (each dose's coefficients sum to +-4/17)."""
+    problems, k = 12, 4
+    candidates = {"gap-d0-a": 6.0, "gap-d0-b": 7.0, "gap-d30-a": 2.0, "gap-d30-b": 3.0}
+    gaps, records, results, logs = {}, {}, [], {}
+    for model in candidates:
+        pair, role = split(model)
+        gap_set = GAP_SET[role]
+        strength = next(name for name in GAP_SET.values() if name != gap_set)
+        gaps[model] = GapModel(model, pair, role, "borrow", gap_set, strength, 0.0)
+        for label in (NO_COMPAT, GRPO8):
+            by_seed = {}
+            for seed in range(6):
+                extra = 2 * (seed % 2) + 2 * (pair == "gap-d0") if label == NO_COMPAT else 0
+                counts = {gap_set: extra, strength: 1}
+                by_seed[seed] = {
+                    "label": label,
+                    "model": model,
+                    "seed": seed,
+                    "problems": {
+                        name: {f"{name}/{i}": c for i in range(problems)}
+                        for name, c in counts.items()
+                    },
+                    "samples": dict.fromkeys(counts, k),
+                }
+            records[(label, model)] = by_seed
+    for pair in ("gap-d0", "gap-d30"):
+        for seed in range(6):
+            cell = f"{NO_COMPAT}/{pair}/seed{seed}"
+            results.append({"cell": cell, "label": NO_COMPAT, "seed": seed, "models": {}})
+            results[-1]["models"] = {f"{pair}-a": {}, f"{pair}-b": {}}
+            logs[cell] = [
+                {"agent": f"{pair}-{role}", f"exchange/{pair}-{peer}->{pair}-{role}/gate_"
+                 "candidates": candidates[f"{pair}-{role}"]}
+                for role, peer in (("a", "b"), ("b", "a"))
+            ]  # fmt: skip
+    planned = {key: set(range(6)) for key in records}
+    return Study(gaps, records, planned, results, logs, {"resamples": resamples, "seed": 0})
+
+
+def inputs(study: Study, terms, seeds) -> tuple:
+    """`paired_contrast`'s positional arguments for the terms on the seeds."""
+    records, weights, sets = _bootstrap_inputs(study, terms, seeds)
+    return records, GAP_MODEL, weights, sets
+
+
+def test_h2_resamples_each_dose_on_its_own():
+    study = correlated_study()
+    h2 = slope_entry(study, NO_COMPAT)
+    coefficients = {p["model"]: p["coefficient"] for p in h2["points"]}
+    assert coefficients == pytest.approx(
+        {"gap-d0-a": 1.5 / 17, "gap-d0-b": 2.5 / 17, "gap-d30-a": -2.5 / 17, "gap-d30-b": -1.5 / 17}
+    )
+    slope = 50.0 * 4 / 17  # only gap-d0's 2 of 4 survives the zero-sum coefficients
+    assert h2["bootstrap"]["mean"] == pytest.approx(slope)
+    assert list(h2["per_seed"].values()) == pytest.approx([slope] * 6)  # the seed effect cancels
+    assert h2["sd"] == pytest.approx(0.0, abs=1e-9)
+    # one seed draw shared across the doses (the joint bootstrap): the seed effect cancels in
+    # every replicate too, a zero-width interval
+    terms = [
+        (label, m, c * w)
+        for m, c in coefficients.items()
+        for label, w in ((NO_COMPAT, 1), (GRPO8, -1))
+    ]
+    joint = paired_contrast(*inputs(study, terms, list(range(6))), resamples=2000)
+    assert joint.high - joint.low == pytest.approx(0.0, abs=1e-9)
+    # within each dose: the slope's replicates are the sums of each dose's own replicates,
+    # drawn from the stream (bootstrap seed 0, the dose's index in DOSES)
+    assert h2["bootstrap_streams"] == {"gap-d0": [0, 0], "gap-d30": [0, 3]}
+    parts = [
+        contrast_replicates(
+            *inputs(study, [t for t in terms if t[1].startswith(pair)], list(range(6))),
+            resamples=2000,
+            seed=stream,
+        )
+        for pair, stream in (("gap-d0-", [0, 0]), ("gap-d30-", [0, 3]))
+    ]
+    low, high = np.quantile(parts[0].values + parts[1].values, [0.025, 0.975])
+    assert (h2["bootstrap"]["low"], h2["bootstrap"]["high"]) == pytest.approx((low, high))
+    # each dose's part has sd (4/17) x 25 / sqrt(6) ~ 2.4 points (the seed effect's 0 or 50
+    # points: sd 25), the sum of two independent ones ~ 3.4: a 95 % interval ~ 12-13 wide
+    assert high - low > 8.0
+    assert h2["t_interval"]["high"] - h2["t_interval"]["low"] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_contrast_replicates_are_paired_contrasts_bootstrap():
+    built = correlated_study()
+    terms = [(NO_COMPAT, "gap-d0-b", 1.0), (GRPO8, "gap-d0-b", -1.0), (NO_COMPAT, "gap-d30-a", 0.5)]
+    args = inputs(built, terms, [0, 1, 2, 3, 4])
+    boot = paired_contrast(*args, resamples=500, seed=7)
+    found = contrast_replicates(*args, resamples=500, seed=7)
+    assert found.mean == pytest.approx(boot.mean)
+    assert np.quantile(found.values, [0.025, 0.975]) == pytest.approx([boot.low, boot.high])
+    assert (found.seeds, found.problems) == (boot.seeds, boot.problems) == (5, 24)
+    other = contrast_replicates(*args, resamples=500, seed=[7, 1])
+    assert not np.array_equal(other.values, found.values)  # another stream
