@@ -134,41 +134,16 @@ def paired_contrast(
     `set_weights` default: 1/|sets| on every evaluated set (the unweighted average);
     sets it leaves out do not enter. Seeds pair by value (see `_paired`).
     """
-    if not label_weights:
-        raise ValueError(f"paired_contrast for model {model!r}: no labels to weigh")
-    cells = _paired({label: _by_seed(records, label, model) for label in label_weights}, model)
-    seeds = list(cells)
-    first = next(iter(cells[seeds[0]].values()))
-    known = list(first["problems"])
-    if set_weights is None:
-        set_weights = dict.fromkeys(known, 1.0 / len(known))
-    unknown = [name for name in set_weights if name not in first["problems"]]
-    if unknown:
-        raise ValueError(f"paired_contrast: set {unknown[0]!r} is not one of {known}")
-    names = list(set_weights)
-    problem_ids = {name: sorted(first["problems"][name]) for name in names}
-    # per set: [seeds, problems], the weighted sum over labels of per-problem pass@1
-    contrast = [np.zeros((len(seeds), len(problem_ids[name]))) for name in names]
-    for label, weight in label_weights.items():
-        for row, s in enumerate(seeds):
-            for values, rates in zip(contrast, _rates(cells[s][label], problem_ids), strict=True):
-                values[row] += weight * rates
-    point = sum(set_weights[name] * d.mean() for name, d in zip(names, contrast, strict=True))
-    rng = np.random.default_rng(seed)
-    replicates = np.zeros(resamples)
-    seed_draws = rng.integers(0, len(seeds), size=(resamples, len(seeds)))
-    for name, d in zip(names, contrast, strict=True):
-        problem_draws = rng.integers(0, d.shape[1], size=(resamples, d.shape[1]))
-        per_seed = d[:, problem_draws].mean(axis=2)  # [seeds, resamples]
-        resampled = np.take_along_axis(per_seed.T, seed_draws, axis=1).mean(axis=1)
-        replicates += set_weights[name] * resampled
+    point, replicates, seeds, problems = _bootstrap(
+        "paired_contrast", records, model, label_weights, set_weights, resamples, seed
+    )
     low, high = np.quantile(replicates, [0.025, 0.975])
     return Difference(
         mean=100 * float(point),
         low=100 * float(low),
         high=100 * float(high),
-        seeds=len(seeds),
-        problems=sum(len(ids) for ids in problem_ids.values()),
+        seeds=seeds,
+        problems=problems,
     )
 
 
@@ -195,8 +170,27 @@ def contrast_replicates(
     resampling of seeds and problems, the same draws for an int `seed`), for a statistic
     that combines several independently resampled contrasts; `seed` may be a sequence
     (numpy's SeedSequence entropy, e.g. (0, i) for the i-th of several independent streams)."""
+    point, replicates, seeds, problems = _bootstrap(
+        "contrast_replicates", records, model, label_weights, set_weights, resamples, seed
+    )
+    return Replicates(
+        mean=100 * float(point), values=100 * replicates, seeds=seeds, problems=problems
+    )
+
+
+def _bootstrap(
+    caller: str,
+    records: Sequence[Record],
+    model: str,
+    label_weights: Mapping[str, float],
+    set_weights: Mapping[str, float] | None,
+    resamples: int,
+    seed: int | Sequence[int],
+) -> tuple[float, np.ndarray, int, int]:
+    """The weighted contrast's point and its two-level bootstrap replicates (fractions: seeds
+    resampled, and within each set the problems), with the numbers of seeds and problems."""
     if not label_weights:
-        raise ValueError(f"contrast_replicates for model {model!r}: no labels to weigh")
+        raise ValueError(f"{caller} for model {model!r}: no labels to weigh")
     cells = _paired({label: _by_seed(records, label, model) for label in label_weights}, model)
     seeds = list(cells)
     first = next(iter(cells[seeds[0]].values()))
@@ -205,9 +199,10 @@ def contrast_replicates(
         set_weights = dict.fromkeys(known, 1.0 / len(known))
     unknown = [name for name in set_weights if name not in first["problems"]]
     if unknown:
-        raise ValueError(f"contrast_replicates: set {unknown[0]!r} is not one of {known}")
+        raise ValueError(f"{caller}: set {unknown[0]!r} is not one of {known}")
     names = list(set_weights)
     problem_ids = {name: sorted(first["problems"][name]) for name in names}
+    # per set: [seeds, problems], the weighted sum over labels of per-problem pass@1
     contrast = [np.zeros((len(seeds), len(problem_ids[name]))) for name in names]
     for label, weight in label_weights.items():
         for row, s in enumerate(seeds):
@@ -222,12 +217,7 @@ def contrast_replicates(
         per_seed = d[:, problem_draws].mean(axis=2)  # [seeds, resamples]
         resampled = np.take_along_axis(per_seed.T, seed_draws, axis=1).mean(axis=1)
         replicates += set_weights[name] * resampled
-    return Replicates(
-        mean=100 * float(point),
-        values=100 * replicates,
-        seeds=len(seeds),
-        problems=sum(len(ids) for ids in problem_ids.values()),
-    )
+    return float(point), replicates, len(seeds), sum(len(ids) for ids in problem_ids.values())
 
 
 def _mean_of(sets: Sequence[str] | None) -> dict[str, float] | None:
