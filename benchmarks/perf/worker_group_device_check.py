@@ -26,20 +26,37 @@ high-water mark) beside the memory plan's prediction for that phase
    `step_estimate.update_s` for one GPU;
 4. `score`: 16 peer rows of 4,096 tokens scored (re-tokenised text) on the gathered model;
 5. `generate`: 8 prompts x 2 samples of up to 32 tokens on the gathered model;
-6. `checkpoint`: `save`, a further update (weights and moments move), `load`; every model
-   and optimizer tensor and the RNG state must equal what was saved (bitwise).
+6. `checkpoint`: `save`, a further update (weights and moments move) and draws from the CPU
+   (and on CUDA the CUDA) generator, `load`; every model and optimizer tensor and the CPU
+   RNG state must equal what was saved (bitwise).
 
 `--smoke` runs the same stages on CPU with gloo at a toy size (Qwen3 layer structure,
 hidden 64, 2 layers, a 2,048-token vocabulary, responses of <= 24 tokens); that is what
 tests/benchmarks/test_worker_group_device_check.py runs. **The GPU path has not run**: no
 GPU was lent to the session that wrote this. Expected on one H200 (from the step estimate's
-measured 116 TFLOP/s, not measured here): about 4 minutes, mostly the two paper-sized updates
-(~50 s each) and the ~27 GB checkpoint written and read; < 8 minutes with 2x margin. Needs
-torch, transformers and the project's pure-Python dependencies; no vLLM, no Ray (with Ray
-installed the rank's own `RankWorker` methods run; without it `DirectRank`), no download.
-Results go to `--out`: results.json (after every stage, so a timeout leaves what ran) and
-summary.txt; no stage starts after `--time-budget-s` (420 s), the ones left are listed as
-skipped (exit status 1, as for an error).
+measured 122 TFLOP/s, not measured here): about 4 minutes, mostly the two paper-sized updates
+(~45-50 s each) and the ~27 GB checkpoint written and read. Needs torch, transformers and the
+project's pure-Python dependencies; no vLLM, no Ray (with Ray installed the rank's own
+`RankWorker` methods run; without it `DirectRank`), no download. The policy options are the
+Qwen3 agent's of configs/paper_smollm3_qwen3_1node.yaml (`options_for`: only the device, the
+micro-batch budget, the logits chunk, transformers sampling and local files are set here).
+
+Results go to `--out`: results.json and summary.txt, written before every stage (the stage
+about to run is marked `running_since_s`) and after it, so a run killed mid-stage keeps what
+ran. The time budget: a stage is skipped, with every stage after it (listed as skipped, exit
+status 1), when the seconds spent so far plus its expected seconds (`expected_seconds`, in
+results.json under settings.expected_s: a 20 s floor per stage, 3 x the step estimate's
+update for the two updates, file bytes at an assumed 0.5 GB/s disk and the checkpoint's host
+snapshots at 2 GB/s; for Qwen3-1.7B: build 34, setup 34, updates 164 and 149, checkpoint
+147 s) pass `--time-budget-s` (420 s). What that bounds, honestly: the check cannot stop a
+stage that has started, so the run ends by 420 s after its stages' clock starts only if each
+stage stays within its expected seconds; a stage that runs longer overshoots by its excess,
+and the process start (imports, CUDA init) comes on top. The device's 600 s per-call limit
+leaves 180 s for both; past it the run is killed and the files show the stage it was in.
+A checkpoint that does not come back bitwise (or draws that did not move the RNG) is an
+error (exit status 1). On CUDA the CUDA generator is compared too and reported apart:
+`sharded_checkpoint` saves the CPU generator only, so summary.txt states as a FINDING that
+load does not restore it (expected; not checked on a GPU).
 
     python -m benchmarks.perf.worker_group_device_check --out docs/results/worker_group_h200
     python -m benchmarks.perf.worker_group_device_check --smoke --out /tmp/wg-smoke
@@ -111,20 +128,35 @@ SMOKE = Size(
 )
 
 
+PAPER_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "paper_smollm3_qwen3_1node.yaml"
+PAPER_AGENT = "qwen3-1.7b"
+NOT_HERE = ("rollout_backend", "local_files_only")
+"""Options this script sets itself: the trainer samples (no vLLM here), no download."""
+
+
 def options_for(size: Size, device: str) -> dict[str, Any]:
-    """The paper configs' policy options (configs/paper_smollm3_qwen3_1node.yaml), on CPU too
-    (bf16 autocast; FSDP2 keeps full precision there: `fsdp.mixed_precision`)."""
-    return dict(
-        device=device,
-        dtype="float32",
-        autocast="bfloat16",
-        gradient_checkpointing=True,
-        generation_batch_size=64,
-        score_batch_size=16,
-        max_tokens_per_micro_batch=size.budget,
-        logits_chunk_tokens=size.chunk,
-        lr=1e-6,
-    )
+    """The Qwen3 agent's policy options as `PAPER_CONFIG` gives them (lr, betas, weight decay,
+    grad clip, precision, checkpointing, batch sizes), on CPU too (bf16 autocast; FSDP2
+    keeps full precision there: `fsdp.mixed_precision`). Overridden: the device, the
+    micro-batch budget and the logits chunk (the size's), sampling with transformers (no
+    `vllm_` options), local files only."""
+    from algorithms.training.run_config import load_config
+    from graft_env.policies.options import OPTION_PREFIX
+
+    config = load_config(PAPER_CONFIG)
+    (agent,) = [a for a in config.agents if a.name == PAPER_AGENT]
+    options = {
+        key: value
+        for key, value in agent.options.items()
+        if not key.startswith(OPTION_PREFIX) and key not in NOT_HERE
+    }
+    return {
+        **options,
+        "device": device,
+        "max_tokens_per_micro_batch": size.budget,
+        "logits_chunk_tokens": size.chunk,
+        "local_files_only": True,
+    }
 
 
 def free_port() -> int:
@@ -261,7 +293,8 @@ def mix_batch(vocab: int, prompts: int, n: int, mix: LengthMix, seed: int) -> Tr
 
 
 def snapshot(policy: Any) -> dict[str, Any]:
-    """Every model and optimizer tensor (this rank's shard) and the RNG state, on the CPU."""
+    """Every model and optimizer tensor (this rank's shard) and the CPU RNG state (the one
+    `sharded_checkpoint` saves), on the CPU."""
     import torch
     from torch.distributed.checkpoint.state_dict import (
         get_model_state_dict,
@@ -298,31 +331,78 @@ def differences(before: Any, after: Any, where: str = "") -> list[str]:
     return [] if before == after else [where]
 
 
-class Stages:
-    """Runs the stages, timing each and recording its peak memory beside the plan."""
+STAGE_FLOOR_S = 20.0
+"""Every stage's fixed allowance (allocator warm-up, kernel loads, small copies)."""
+UPDATE_MARGIN = 3.0
+"""An update stage is expected to take up to this many times `step_estimate.update_s`."""
+DISK_BYTES_PER_S = 0.5e9
+"""Assumed scratch-disk bandwidth, read or write (low on purpose: network-backed disks)."""
+HOST_BYTES_PER_S = 2e9
+"""Assumed device-to-host copy rate of the checkpoint stage's snapshots (pageable)."""
 
-    def __init__(self, args: argparse.Namespace, results: dict) -> None:
+
+def expected_seconds(arch: Architecture, options: dict[str, Any], size: Size) -> dict[str, float]:
+    """Each stage's conservative duration (the time budget's per-stage bound): the floor,
+    plus UPDATE_MARGIN x the step estimate for the updates, plus the bytes of the files and
+    copies at the assumed disk and host bandwidths. The checkpoint stage: its DCP shards
+    (fp32 weights + 2 AdamW moments = 12 bytes per parameter) and the HF export (4) written,
+    the shards read back, three host snapshots of weights and moments (12 each)."""
+    params = arch.params
+    update = {
+        "update_peak": _estimate_s(arch, options, size, peak=True),
+        "update_paper": _estimate_s(arch, options, size, peak=False),
+    }
+    disk = {"build": 4 * params, "setup": 4 * params, "checkpoint": (16 + 12) * params}
+    host = {"checkpoint": 3 * 12 * params}
+    stages = ("build", "setup", "warm_up", "update_peak", "update_paper", "score", "generate",
+              "checkpoint")  # fmt: skip
+    return {
+        name: STAGE_FLOOR_S
+        + UPDATE_MARGIN * update.get(name, 0.0)
+        + disk.get(name, 0.0) / DISK_BYTES_PER_S
+        + host.get(name, 0.0) / HOST_BYTES_PER_S
+        for name in stages
+    }
+
+
+class Stages:
+    """Runs the stages, timing each and recording its peak memory beside the plan; a stage
+    whose expected seconds would end past `--time-budget-s` is skipped (with the rest)."""
+
+    def __init__(
+        self, args: argparse.Namespace, results: dict, expected: dict[str, float] | None = None
+    ) -> None:
         self.args, self.results = args, results
+        self.expected = expected or {}
         self.started = time.perf_counter()
 
     def write(self) -> None:
+        """results.json and summary.txt as they stand (before and after every stage)."""
         out = self.args.out
         if out is not None:
             out.mkdir(parents=True, exist_ok=True)
             (out / "results.json").write_text(json.dumps(self.results, indent=2))
+            (out / "summary.txt").write_text("\n".join(summary_lines(self.results)) + "\n")
 
     def run(self, name: str, fn: Callable[[], dict], plan_bytes: float | None = None) -> dict:
         from benchmarks.perf.common import synchronize
         from benchmarks.perf.random_models import peak_bytes, reset_peak
 
         device, budget = self.args.device, self.args.time_budget_s
-        if time.perf_counter() - self.started > budget:  # leave the rest, keep what ran
-            record = {"skipped": f"--time-budget-s {budget:g} spent", "peak_gib": math.nan}
+        elapsed, expected = time.perf_counter() - self.started, self.expected.get(name, 0.0)
+        if self.results.get("skipped") or elapsed + expected > budget:  # keep what ran
+            record = {
+                "skipped": f"{elapsed:.0f} s + expected {expected:.0f} s > --time-budget-s "
+                f"{budget:g}",
+                "peak_gib": math.nan,
+            }
             self.results.setdefault("skipped", []).append(name)
             self.results["stages"][name] = record
             self.write()
             return record
         print(f"[{name}]", flush=True)
+        self.results["stages"][name] = {"running_since_s": elapsed, "peak_gib": math.nan}
+        self.write()  # a run killed in this stage still leaves what ran before it
         if device.startswith("cuda"):
             import torch
 
@@ -379,7 +459,8 @@ def check(args: argparse.Namespace) -> dict:
         },
         "stages": {},
     }
-    stages = Stages(args, results)
+    results["settings"]["expected_s"] = expected = expected_seconds(arch, options, size)
+    stages = Stages(args, results, expected)
     scratch = Path(tempfile.mkdtemp(prefix="wg-device-check-", dir=args.scratch))
     try:
         run_stages(stages, rank, arch, config, options, size, scratch, write_random_model)
@@ -463,7 +544,13 @@ def run_stages(stages, rank, arch, config, options, size: Size, scratch: Path, w
 
     gen_work = Workload(size.peak_prompt_tokens, size.generate_tokens, 1)
     stages.run("generate", generate, plan_for(arch, options, gen_work)["generate"])
-    stages.run("checkpoint", lambda: _checkpoint(rank, policy, warm, scratch / "checkpoint"))
+    saved = stages.run(
+        "checkpoint", lambda: _checkpoint(rank, policy, warm, scratch / "checkpoint")
+    )
+    if saved.get("equal_after_load") is False or saved.get("rng_moved_before_load") is False:
+        stages.results.setdefault("errors", []).append(
+            "checkpoint: not bitwise equal after load, or the draws did not move the RNG"
+        )
 
 
 def _rate(record: dict, batch: TrainBatch) -> None:
@@ -472,39 +559,69 @@ def _rate(record: dict, batch: TrainBatch) -> None:
         record["response_tokens_per_s"] = tokens / record["seconds"]
 
 
-def _beside_estimate(record: dict, arch: Architecture, options: dict, size: Size) -> None:
-    """The step estimate's update of one minibatch on one GPU (A3), beside the measured one."""
+def _estimate_s(arch: Architecture, options: dict, size: Size, peak: bool) -> float:
+    """The step estimate's update (A3) on one H200 of one minibatch: the paper mix's
+    (`update_paper`) or every row at the peak stage's exact lengths (`update_peak`)."""
     from graft_env.policies.options import HFPolicyOptions
 
     hf = HFPolicyOptions.from_kwargs(**options)
-    work = StepWorkload(prompts=size.paper_prompts, num_minibatches=1, mix=size.mix)
-    agent = Agent("measured", arch, hf, gpus=1, group=True)
-    estimate = update_s(agent, GPUS["h200"], work)
+    if peak:
+        mix = LengthMix(
+            prompt_tokens=size.peak_prompt_tokens, cap=size.peak_response_tokens, cut_share=1.0
+        )
+        work = StepWorkload(prompts=size.peak_prompts, num_minibatches=1, padding=1.0, mix=mix)
+    else:
+        work = StepWorkload(prompts=size.paper_prompts, num_minibatches=1, mix=size.mix)
+    return update_s(Agent("measured", arch, hf, gpus=1, group=True), GPUS["h200"], work)
+
+
+def _beside_estimate(record: dict, arch: Architecture, options: dict, size: Size) -> None:
+    """The step estimate's update of one minibatch on one GPU (A3), beside the measured one."""
+    estimate = _estimate_s(arch, options, size, peak=False)
     record["estimate_s"] = estimate
     record["estimate_over_measured"] = estimate / record["seconds"]
 
 
+def cuda_rng(device: str) -> Any:
+    """The CUDA generator's state on `device` (None off CUDA)."""
+    import torch
+
+    return torch.cuda.get_rng_state().clone() if device.startswith("cuda") else None
+
+
 def _checkpoint(rank: Any, policy: Any, batch: TrainBatch, directory: Path) -> dict:
-    """save; move the weights and moments with an update; load; compare with the saved."""
-    saved_state = snapshot(policy)
+    """save; move the weights and moments with an update and the RNGs with draws; load;
+    compare with the saved (bitwise). On CUDA the CUDA generator is compared too, and
+    reported apart: `sharded_checkpoint` saves the CPU generator only."""
+    import torch
+
+    device = str(policy.device)
+    saved_state, saved_cuda = snapshot(policy), cuda_rng(device)
     started = time.perf_counter()
     rank.save(str(directory))
     save_s = time.perf_counter() - started
     rank.update(batch)
-    changed = len(differences(saved_state, snapshot(policy)))  # the update moved these
+    torch.rand(16)  # the CPU generator moves: a load that does not restore it is seen
+    if saved_cuda is not None:
+        torch.rand(16, device=device)
+    changed = differences(saved_state, snapshot(policy))  # what the update and draws moved
     started = time.perf_counter()
     rank.load(str(directory))
     load_s = time.perf_counter() - started
     different = differences(saved_state, snapshot(policy))
     size = sum(f.stat().st_size for f in directory.rglob("*") if f.is_file())
-    return {
+    record = {
         "save_s": save_s,
         "load_s": load_s,
         "checkpoint_gib": size / GIB,
-        "tensors_changed_by_the_update": changed,
+        "tensors_changed_by_the_update": len(changed),
+        "rng_moved_before_load": "/rng" in changed,
         "equal_after_load": not different,
         "different_after_load": different[:10],
     }
+    if saved_cuda is not None:
+        record["cuda_rng_equal_after_load"] = torch.equal(saved_cuda, cuda_rng(device))
+    return record
 
 
 def summary_lines(results: dict) -> list[str]:
@@ -526,6 +643,15 @@ def summary_lines(results: dict) -> list[str]:
         lines.append(
             f"{name:<14}{r.get('seconds', math.nan):>9.2f}{r['peak_gib']:>10.2f}{plan:<20}  {shown}"
         )
+    cuda = results["stages"].get("checkpoint", {}).get("cuda_rng_equal_after_load")
+    if cuda is False:
+        lines.append(
+            "FINDING: load does not restore the CUDA RNG: sharded_checkpoint saves "
+            "torch.get_rng_state() (the CPU generator) only, so CUDA draws after a resume "
+            "do not continue the saved stream"
+        )
+    elif cuda is True:
+        lines.append("CUDA RNG equal after load")
     for error in results.get("errors", []):
         lines.append(f"ERROR {error}")
     if results.get("skipped"):
@@ -552,7 +678,8 @@ def main(argv: list[str] | None = None) -> int:
         "--time-budget-s",
         type=float,
         default=420.0,
-        help="start no stage after this many seconds (default 420: the check fits 8 minutes)",
+        help="skip a stage whose expected seconds would end past this many seconds (default "
+        "420; see the module docstring for the bound)",
     )
     add_threads_option(parser)
     args = parser.parse_args(argv)
