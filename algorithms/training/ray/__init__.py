@@ -38,7 +38,7 @@ from graft_env.lazy import lazy_exports
 
 _EXPORTS = {
     "AgentFailure": "algorithms.training.ray.policy",
-    "ClusterError": "algorithms.training.ray.placement",
+    "ClusterError": "algorithms.training.ray.connection",
     "GroupPolicy": "algorithms.training.ray.group",
     "PendingCall": "algorithms.training.ray.policy",
     "RayOptions": "algorithms.training.ray.options",

@@ -15,9 +15,9 @@ from ray.util.placement_group import PlacementGroup, placement_group, remove_pla
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 import algorithms
-from algorithms.training.ray.connection import connect, model_reference
+from algorithms.training.ray.connection import ClusterError, connect, model_reference
 from algorithms.training.ray.options import RayOptions, check_agent_devices, parse_ray_options
-from algorithms.training.ray.placement import ClusterError, split_group_options
+from algorithms.training.ray.placement import split_group_options
 from algorithms.training.ray.policy import ActorGroup, RayPolicy
 from algorithms.training.ray.worker import PolicyWorker
 from algorithms.training.run_config import TrainConfig

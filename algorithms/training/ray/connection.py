@@ -18,6 +18,10 @@ from graft_env.policies import TINY_NAMES
 log = logging.getLogger(__name__)
 
 
+class ClusterError(RuntimeError):
+    """The Ray cluster cannot host the run as configured; the message says what is missing."""
+
+
 def connect(options: RayOptions, needs: Mapping[str, float] | None = None) -> None:
     """Join the configured cluster, or start a private local one (`ray.address: null`).
 
@@ -57,8 +61,6 @@ def _check_local_capacity(needs: Mapping[str, float]) -> None:
     short = {key: pair for key, pair in short.items() if pair[0] > pair[1] + 1e-9}
     if short:
         ray.shutdown()
-        from algorithms.training.ray.placement import ClusterError  # it imports this module
-
         missing = ", ".join(
             f"{need:g} {key} (the cluster has {got:g})" for key, (need, got) in short.items()
         )

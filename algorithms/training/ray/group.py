@@ -116,9 +116,10 @@ def make_group_policies(
 ) -> dict[str, GroupPolicy]:
     """Every agent as a set-up worker group of `layout.ranks` ranks; returns their proxies."""
     engines = check_group_agents(config, layout.ranks)
-    rank_bundle(options, layout.ranks)
+    bundle = rank_bundle(options, layout.ranks)
     algorithm = algorithms.make(config.algorithm, **config.algorithm_options)
-    connect(options)
+    ranks = layout.ranks * len(config.agents)
+    connect(options, {key: amount * ranks for key, amount in bundle.items()})
     names = [agent.name for agent in config.agents]
     groups = reserve_groups(options, layout, names)
     threads = rank_threads(options, layout.ranks)

@@ -39,15 +39,12 @@ from ray.util.placement_group import (
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from algorithms.storage.yaml_schema import ConfigError
+from algorithms.training.ray.connection import ClusterError, connect
 from algorithms.training.ray.options import RayOptions
 
 RANKS_KEY = "ranks_per_agent"
 APART_KEY = "one_agent_per_node"
 NODE_LABEL = "ray.io/node-id"
-
-
-class ClusterError(RuntimeError):
-    """The Ray cluster cannot host the run as configured; the message says what is missing."""
 
 
 @dataclass(frozen=True)
@@ -237,7 +234,6 @@ def check_placement(
 
 
 def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
-    from algorithms.training.ray.connection import connect
     from algorithms.training.ray.options import parse_ray_options
     from algorithms.training.run_config import load_config
 
