@@ -93,10 +93,10 @@ def test_an_oversized_config_is_refused_in_one_line_naming_the_knob(capsys):
 
 def test_a_budget_below_one_row_is_refused_naming_it(capsys):
     config = REPO / "configs" / "paper_smollm3_qwen3.yaml"
-    small = "agents.0.options.max_tokens_per_micro_batch=4096"
+    small = "agents.0.options.max_tokens_per_micro_batch=4500"  # > max_new_tokens, < one row
     assert cli.main(["plan", str(config), "--gpu-memory", "141", "--set", small]) == 2
     error = capsys.readouterr().err
-    assert "agents.0.options.max_tokens_per_micro_batch: 4096 is below one row" in error
+    assert "agents.0.options.max_tokens_per_micro_batch: 4500 is below one row" in error
 
 
 def test_without_a_gpu_plan_asks_for_its_memory(capsys, monkeypatch):
