@@ -229,8 +229,7 @@ def set_up(rank: Any, directory: Path, options: dict[str, Any]) -> dict[str, Any
     import torch.distributed as dist
 
     import algorithms
-    from algorithms.training.ray.fsdp import shard
-    from graft_env.policies import HFPolicy, load_policy
+    from algorithms.training.ray.fsdp import sharded_policy
 
     cuda = options["device"].startswith("cuda")
     if cuda:
@@ -242,17 +241,7 @@ def set_up(rank: Any, directory: Path, options: dict[str, Any]) -> dict[str, Any
         world_size=1,
     )
     rank.algorithm = algorithms.make("grpo")
-    policy = load_policy(str(directory), **options)
-    if type(policy) is not HFPolicy:
-        raise ValueError(f"{directory}: loads as {type(policy).__name__}, not HFPolicy")
-    shard(policy.model, policy.device)
-    policy.optimizer = torch.optim.AdamW(
-        policy.model.parameters(),
-        lr=policy.options.lr,
-        betas=policy.options.betas,
-        weight_decay=policy.options.weight_decay,
-    )
-    rank.policy = policy
+    rank.policy = sharded_policy(str(directory), options)
     return {"backend": dist.get_backend(), "world_size": dist.get_world_size()}
 
 

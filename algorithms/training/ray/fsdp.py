@@ -22,7 +22,7 @@ every FSDP module once (one collective on every rank) and keeps it whole until i
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 import torch
@@ -32,6 +32,8 @@ from torch.distributed.fsdp import (
     fully_shard,
     register_fsdp_forward_method,
 )
+
+from graft_env.policies import HFPolicy, load_policy
 
 ROOT_METHOD = "graft_in_root"
 T = TypeVar("T")
@@ -68,6 +70,26 @@ def shard(model: torch.nn.Module, device: torch.device) -> FSDPModule:
     setattr(model, ROOT_METHOD, _call)  # an instance attribute: called as _call(fn, ...)
     register_fsdp_forward_method(model, ROOT_METHOD)
     return model
+
+
+def sharded_policy(model: str, options: Mapping[str, Any]) -> HFPolicy:
+    """A rank's policy: `load_policy(model, **options)`, which must be a transformers policy,
+    sharded (`shard`) and given an AdamW over its shards (the process group already joined).
+    Shared by `rank.RankWorker.setup` and the Ray-free device check."""
+    policy = load_policy(model, **options)
+    if type(policy) is not HFPolicy:
+        raise ValueError(
+            f"a worker group shards a transformers policy; {model!r} loads as "
+            f"{type(policy).__name__}"
+        )
+    shard(policy.model, policy.device)
+    policy.optimizer = torch.optim.AdamW(
+        policy.model.parameters(),
+        lr=policy.options.lr,
+        betas=policy.options.betas,
+        weight_decay=policy.options.weight_decay,
+    )
+    return policy
 
 
 def _call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:

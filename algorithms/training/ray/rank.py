@@ -3,7 +3,7 @@ group with the agent's other ranks.
 
 Started bare (`placement` answers where Ray put it), then `setup` joins the process
 group (gloo on CPU, nccl on CUDA), loads the policy as `load_policy` builds it for one
-process, shards it with FSDP2 (`fsdp.shard`) and gives it an AdamW over the shards.
+process, shards it with FSDP2 and gives it an AdamW over the shards (`fsdp.sharded_policy`).
 Every other method is collective: the driver (`group.GroupPolicy`) calls it on every
 rank at once, each with its share of the rows (`split`), and gathers the answers.
 
@@ -32,11 +32,11 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 
 import algorithms
 from algorithms.training.ray import sharded_checkpoint
-from algorithms.training.ray.fsdp import gathered, shard
+from algorithms.training.ray.fsdp import gathered, sharded_policy
 from algorithms.training.ray.placement import where_placed
 from algorithms.training.ray.sharded_update import first_minibatch_gradients, sharded_update
 from algorithms.training.ray.weight_sync import MIB, sync_buckets
-from graft_env.policies import Generation, HFPolicy, SamplingParams, load_policy
+from graft_env.policies import Generation, HFPolicy, SamplingParams
 from graft_env.policies.loading import DTYPES
 from graft_env.policies.options import OPTION_PREFIX, VLLMEngineOptions
 from graft_env.types import ScoredText, TrainBatch
@@ -89,20 +89,7 @@ class RankWorker:
             timeout=timedelta(minutes=30),
         )
         self.algorithm = algorithms.make(algorithm, **dict(algorithm_options))
-        policy = load_policy(model, **options)
-        if type(policy) is not HFPolicy:
-            raise ValueError(
-                f"a worker group shards a transformers policy; {model!r} loads as "
-                f"{type(policy).__name__}"
-            )
-        shard(policy.model, policy.device)
-        options = policy.options
-        policy.optimizer = torch.optim.AdamW(
-            policy.model.parameters(),
-            lr=options.lr,
-            betas=options.betas,
-            weight_decay=options.weight_decay,
-        )
+        policy = sharded_policy(model, options)
         self.policy = policy
         if engine is not None:
             self.bucket_bytes = int(engine["sync_bucket_mb"] * MIB)
