@@ -16,6 +16,7 @@ run on GPUs and several nodes: docs/scale-out.md. Names load on first use (PEP 5
 
 Modules:
 
+call_timing       a worker group's call split: rank collectives, rank compute, driver overhead
 cluster           start one `PolicyWorker` per agent in one placement group
 connection        join (or start) the Ray cluster; model names the actors can load
 engine_settings   a worker group's vLLM engine settings, derived and checked from the config
