@@ -21,6 +21,7 @@ group's ranks must have been placed on one.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ import ray
 import algorithms
 from algorithms.algorithm import Algorithm
 from algorithms.training import memory_plan
+from algorithms.training.ray.call_timing import CallTime
 from algorithms.training.ray.connection import connect, model_reference
 from algorithms.training.ray.engine_settings import EngineSettings, engine_options, engine_settings
 from algorithms.training.ray.options import RayOptions
@@ -159,7 +161,9 @@ def make_group_policies(
 
 
 class GroupCall(PendingCall):
-    """A call in flight on every rank; `result()` merges the ranks' answers."""
+    """A call in flight on every rank; `result()` merges the ranks' answers. A timed call
+    (`GroupPolicy.time_calls`) unpacks each rank's (answer, RankTime) and notes its
+    `CallTime` once merged."""
 
     def __init__(
         self,
@@ -167,12 +171,20 @@ class GroupCall(PendingCall):
         method: str,
         refs: list[ray.ObjectRef],
         merge: Callable[[list[Any]], Any],
+        started: float,
     ) -> None:
         super().__init__(policy, method, refs)
-        self.merge = merge
+        self.merge, self.started = merge, started
+        self.times = policy.call_times
 
     def result(self) -> Any:
-        return self.merge(super().result())
+        answers = super().result()
+        if self.times is None:
+            return self.merge(answers)
+        merged = self.merge([answer for answer, _ in answers])
+        ranks = tuple(times for _, times in answers)
+        self.times.append(CallTime(self.method, self.started, time.perf_counter(), ranks))
+        return merged
 
 
 class GroupPolicy:
@@ -195,22 +207,36 @@ class GroupPolicy:
         self.generation_batch_size: int = infos[0]["generation_batch_size"]
         self.algorithm = (algorithm.name, algorithm.config)
         self.traffic: TrafficMeter | None = None
+        self.call_times: list[CallTime] | None = None  # a list once `time_calls` is on
 
     def __repr__(self) -> str:
         return f"GroupPolicy({self.agent!r}, ranks={len(self.ranks)})"
 
+    def time_calls(self) -> None:
+        """From now on every call runs under the ranks' profiler and its `CallTime` is
+        appended to `call_times` (`call_timing`; for benchmarks, off by default)."""
+        self.call_times = []
+
     def _submit(
-        self, method: str, per_rank: list[tuple], merge: Callable[[list[Any]], Any]
+        self,
+        method: str,
+        per_rank: list[tuple],
+        merge: Callable[[list[Any]], Any],
+        started: float | None = None,
     ) -> GroupCall:
-        """`method` on the first len(per_rank) ranks, rank r with `per_rank[r]`."""
+        """`method` on the first len(per_rank) ranks, rank r with `per_rank[r]`; `started`
+        (perf_counter) is when the caller began preparing it, for `call_times`."""
+        started = time.perf_counter() if started is None else started
         if self.group.closed:
             self.group.fail_and_raise(self.agent, method, "the run's actors are already shut down")
         if self.traffic is not None:
             self.traffic.add(method, "sent", per_rank)
-        refs = [
-            getattr(a, method).remote(*args) for a, args in zip(self.ranks, per_rank, strict=False)
-        ]
-        return GroupCall(self, method, refs, merge)
+        pairs = zip(self.ranks, per_rank, strict=False)
+        if self.call_times is None:
+            refs = [getattr(a, method).remote(*args) for a, args in pairs]
+        else:
+            refs = [a.timed.remote(method, *args) for a, args in pairs]
+        return GroupCall(self, method, refs, merge, started)
 
     def _all(self, method: str, *args: Any) -> list[Any]:
         """`method(*args)` on every rank; the ranks' answers."""
@@ -263,9 +289,11 @@ class GroupPolicy:
 
     def update_async(self, batch: TrainBatch, loss_fn: LossFn) -> GroupCall:
         """Every rank gets the whole batch (one object-store copy) and trains its share."""
+        started = time.perf_counter()
         check_loss(self.agent, self.algorithm, loss_fn)
         ref = ray.put(batch)
-        return self._submit("update", [(ref,)] * len(self.ranks), lambda answers: answers[0])
+        per_rank = [(ref,)] * len(self.ranks)
+        return self._submit("update", per_rank, lambda answers: answers[0], started)
 
     def update(self, batch: TrainBatch, loss_fn: LossFn) -> dict[str, float]:
         return self.update_async(batch, loss_fn).result()

@@ -5,7 +5,8 @@ Started bare (`placement` answers where Ray put it), then `setup` joins the proc
 group (gloo on CPU, nccl on CUDA), loads the policy as `load_policy` builds it for one
 process, shards it with FSDP2 and gives it an AdamW over the shards (`fsdp.sharded_policy`).
 Every other method is collective: the driver (`group.GroupPolicy`) calls it on every
-rank at once, each with its share of the rows (`split`), and gathers the answers.
+rank at once, each with its share of the rows (`split`), and gathers the answers. With
+`GroupPolicy.time_calls` on, it calls them through `timed`, under the profiler.
 
 With `rollout_backend: vllm` rank 0 also owns the agent's vLLM engine
 (`vllm_policy.VLLMEngine`, its own processes, tensor-parallel over the group's devices:
@@ -32,6 +33,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 
 import algorithms
 from algorithms.training.ray import sharded_checkpoint
+from algorithms.training.ray.call_timing import RankTime, profiled
 from algorithms.training.ray.fsdp import gathered, sharded_policy
 from algorithms.training.ray.placement import where_placed
 from algorithms.training.ray.sharded_update import first_minibatch_gradients, sharded_update
@@ -51,6 +53,11 @@ class RankWorker:
         self.policy: HFPolicy | None = None
         self.engine: Any = None  # rank 0 with rollout_backend vllm: a VLLMEngine
         self.bucket_bytes = 0  # > 0 when the group has an engine to sync
+
+    def timed(self, method: str, *args: Any) -> tuple[Any, RankTime]:
+        """`method(*args)` under the profiler (`call_timing.profiled`): its answer and its
+        times. How `GroupPolicy` calls every method once its `time_calls` is on."""
+        return profiled(lambda: getattr(self, method)(*args))
 
     def placement(self) -> dict[str, Any]:
         """Where Ray put this rank (`placement.where_placed`)."""
