@@ -19,6 +19,7 @@ run_dir           run directories: the marker, what --fresh may delete, restarts
 run_summary       the end-of-run summary `graft train` prints
 step              what one step produces (`StepRecord`) and its Trainer-free phases
 step_estimate     one step's time per phase on GPUs, from configs and the H200 measurements
+step_time/        the step estimate's parts: anchors, workload, phases, totals, table
 wandb_sink        the optional Weights & Biases mirror of metrics.jsonl
 """
 

@@ -19,6 +19,7 @@ from algorithms.training import memory_plan, step_estimate
 from algorithms.training.ray.engine_settings import engine_options, engine_settings
 from algorithms.training.ray.options import parse_ray_options
 from algorithms.training.run_config import ConfigError, load_config
+from algorithms.training.step_time import anchors, gpu_memory, table, workload
 
 DEFAULT_PROMPT_TOKENS = 1024
 
@@ -50,7 +51,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     plan.add_argument(
         "--gpu-kind",
-        choices=sorted(step_estimate.GPUS),
+        choices=sorted(anchors.GPUS),
         default=None,
         help="the GPU the step estimate assumes (default: h200 from 100 GiB on, else h100-80gb)",
     )
@@ -83,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
 
 def estimate_agents(
     config, work: memory_plan.Workload
-) -> tuple[list[step_estimate.Agent], list[tuple[memory_plan.PolicyPlan, int]]]:
+) -> tuple[list[workload.Agent], list[tuple[memory_plan.PolicyPlan, int]]]:
     """The step estimate's agents of `config` and, per agent, (its memory plan for `work`,
     its GPUs): a worker group shards over `ray.ranks_per_agent` GPUs (and runs vLLM at
     that TP); one process per agent computes on one GPU."""
@@ -96,7 +97,7 @@ def estimate_agents(
         backend = str(agent.options.get("rollout_backend", "transformers"))
         engine = engine_options(agent.options, f"agents.{index}.options")
         agents.append(
-            step_estimate.Agent(
+            workload.Agent(
                 agent.name,
                 arch,
                 options,
@@ -113,11 +114,11 @@ def estimate_agents(
 
 def engine_memory(
     config, work: memory_plan.Workload, capacity: float, plans
-) -> list[step_estimate.EngineMemory | None]:
+) -> list[gpu_memory.EngineMemory | None]:
     """Per agent on CUDA, its vLLM engine's KV space and the GPU's bytes while it samples
     (A5, from `ray.engine_settings`); None on another device, or for an agent that samples
     with transformers and whose engine settings would be refused."""
-    memories: list[step_estimate.EngineMemory | None] = []
+    memories: list[gpu_memory.EngineMemory | None] = []
     for index, (agent, (plan, gpus)) in enumerate(zip(config.agents, plans, strict=True)):
         try:
             settings = engine_settings(
@@ -137,7 +138,7 @@ def engine_memory(
             memories.append(None)
             continue
         kv_gib = engine_options(agent.options, f"agents.{index}.options").kv_cache_gib
-        memories.append(step_estimate.vllm_engine_memory(plan, gpus, settings, kv_gib))
+        memories.append(gpu_memory.vllm_engine_memory(plan, gpus, settings, kv_gib))
     return memories
 
 
@@ -149,20 +150,20 @@ def estimate_lines(
     from algorithms import configure
 
     algorithm = configure(config.algorithm, **config.algorithm_options)
-    step = step_estimate.StepWorkload(
+    step = workload.StepWorkload(
         prompts=config.env.batch_size,
         n=algorithm.n,
         num_minibatches=algorithm.num_minibatches,
-        mix=step_estimate.LengthMix(cap=config.sampling.max_new_tokens),
+        mix=workload.LengthMix(cap=config.sampling.max_new_tokens),
     )
-    gpu = step_estimate.gpu_for(capacity / memory_plan.GIB, kind)
+    gpu = anchors.gpu_for(capacity / memory_plan.GIB, kind)
     agents, plans = estimate_agents(config, work)
     engines = engine_memory(config, work, capacity, plans)
     kv = [None if e is None else e.kv_bytes for e in engines]
     together = config.backend == "ray"  # actors of their own: agents at once (A11)
     estimate = step_estimate.estimate_step(agents, gpu, step, kv, together=together)
-    lines = step_estimate.assumption_lines(gpu, step, together=together)
-    lines += step_estimate.format_estimate(estimate)
+    lines = table.assumption_lines(gpu, step, together=together)
+    lines += table.format_estimate(estimate)
     gib = memory_plan.GIB
     lines.append(
         f"  {'GiB per GPU (FSDP2 shards / GPUs)':<34}"
@@ -170,7 +171,7 @@ def estimate_lines(
         + f"{'vLLM gen':>10}{'KV free':>10}  (vLLM: trainer state + the engine's share)"
     )
     for agent, (plan, k), engine in zip(agents, plans, engines, strict=True):
-        phases = step_estimate.per_gpu_bytes(plan, k)
+        phases = gpu_memory.per_gpu_bytes(plan, k)
         cells = "".join(f"{phases[p] / gib:>10.1f}" for p in memory_plan.PHASES)
         if engine is None:
             cells += f"{'-':>10}{'-':>10}"

@@ -79,14 +79,10 @@ from typing import Any
 import numpy as np
 
 from algorithms.training.memory_plan import GIB, Architecture, Workload, plan_policy
-from algorithms.training.step_estimate import (
-    GPUS,
-    Agent,
-    LengthMix,
-    StepWorkload,
-    per_gpu_bytes,
-    update_s,
-)
+from algorithms.training.step_time.anchors import GPUS
+from algorithms.training.step_time.gpu_memory import per_gpu_bytes
+from algorithms.training.step_time.phases import update_s
+from algorithms.training.step_time.workload import Agent, LengthMix, StepWorkload
 from graft_env.types import TrainBatch, TrainSequence
 
 MODEL = "Qwen/Qwen3-1.7B-Base"

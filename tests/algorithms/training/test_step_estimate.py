@@ -15,7 +15,31 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from algorithms.training import memory_plan as mp
-from algorithms.training import step_estimate as se
+from algorithms.training.step_estimate import estimate_step
+from algorithms.training.step_time.anchors import (
+    GPUS,
+    MEASURED,
+    MEASURED_ARCH,
+    MEASURED_GPU,
+    SYNC_CALL_S,
+    VLLM_STEP_OVERHEAD_S,
+    VLLM_WORKSPACE_BYTES,
+    gpu_for,
+    link_bytes_per_s,
+    vllm_kv_bytes_per_token,
+)
+from algorithms.training.step_time.gpu_memory import per_gpu_bytes, vllm_engine_memory
+from algorithms.training.step_time.phases import (
+    eager_rollout_s,
+    update_micro_batches,
+    update_s,
+    vllm_peak_kv_tokens,
+    vllm_rollout_s,
+    weight_sync_s,
+)
+from algorithms.training.step_time.table import format_estimate
+from algorithms.training.step_time.totals import ROLLOUT_ROWS
+from algorithms.training.step_time.workload import Agent, LengthMix, StepWorkload
 from graft_env.policies.options import HFPolicyOptions
 
 REPO = Path(__file__).resolve().parents[3]
@@ -34,33 +58,33 @@ PAPER_OPTIONS = HFPolicyOptions(
 )
 
 
-def pair(gpus: int, backend: str = "vllm") -> list[se.Agent]:
+def pair(gpus: int, backend: str = "vllm") -> list[Agent]:
     return [
-        se.Agent("smollm3", SMOLLM3, PAPER_OPTIONS, gpus, gpus > 1, backend),
-        se.Agent("qwen3", QWEN3, PAPER_OPTIONS, gpus, gpus > 1, backend),
+        Agent("smollm3", SMOLLM3, PAPER_OPTIONS, gpus, gpus > 1, backend),
+        Agent("qwen3", QWEN3, PAPER_OPTIONS, gpus, gpus > 1, backend),
     ]
 
 
-def workload(prompts: int = 128, cap: int = 4096) -> se.StepWorkload:
-    return se.StepWorkload(prompts=prompts, mix=se.LengthMix(cap=cap))
+def workload(prompts: int = 128, cap: int = 4096) -> StepWorkload:
+    return StepWorkload(prompts=prompts, mix=LengthMix(cap=cap))
 
 
 def test_the_measured_inputs_are_the_committed_h200_figures():
     """Every measured constant is read back from docs/results/gpu_check_h200."""
     run = json.loads(MEASURED_JSON.read_text())
     model = run["mixed"]["models"]["scale-llama"]
-    assert se.MEASURED_ARCH.params == model["parameters"] == run["scale_build"]["parameters"]
-    assert se.MEASURED.update_s == model["gradient_checkpointing"]["update_s"]
-    assert se.MEASURED.generate_s == model["sampling"]["generate_s"]
+    assert MEASURED_ARCH.params == model["parameters"] == run["scale_build"]["parameters"]
+    assert MEASURED.update_s == model["gradient_checkpointing"]["update_s"]
+    assert MEASURED.generate_s == model["sampling"]["generate_s"]
     settings_ = run["settings"]
     rows = settings_["prompts"] * settings_["n"]
-    assert se.MEASURED.update_rows == model["sampling"]["sequences"] == rows
-    assert se.MEASURED.update_width == settings_["max_new_tokens"]
+    assert MEASURED.update_rows == model["sampling"]["sequences"] == rows
+    assert MEASURED.update_width == settings_["max_new_tokens"]
     # the JSON does not record the block size: the check ran with HFPolicyOptions' default of
     # its commit (8cf8e8d, graft_env/policies/hf_options.py: generation_batch_size = 64)
     blocks = rows // MEASURED_BLOCK_ROWS
-    assert se.MEASURED.decode_steps == blocks * settings_["max_new_tokens"]
-    assert se.MEASURED.decode_rows == MEASURED_BLOCK_ROWS
+    assert MEASURED.decode_steps == blocks * settings_["max_new_tokens"]
+    assert MEASURED.decode_rows == MEASURED_BLOCK_ROWS
     assert run["environment"]["device"] == "NVIDIA H200"
 
 
@@ -73,21 +97,21 @@ def test_the_estimate_gives_back_the_measured_updates_on_the_measured_model(chec
     model = json.loads(MEASURED_JSON.read_text())["mixed"]["models"]["scale-llama"]
     measured = model["gradient_checkpointing" if checkpointing else "update"]["update_s"]
     options = HFPolicyOptions(autocast="bfloat16", gradient_checkpointing=checkpointing)
-    agent = se.Agent("scale-llama", se.MEASURED_ARCH, options)
-    mix = se.LengthMix(prompt_tokens=8, cap=128, cut_share=1.0)  # every row padded to the cap
-    work = se.StepWorkload(prompts=16, n=8, num_minibatches=1, padding=1.0, mix=mix)
-    assert se.update_micro_batches(agent, work) == 1
-    assert se.update_s(agent, se.MEASURED_GPU, work) == pytest.approx(measured, rel=0.02)
+    agent = Agent("scale-llama", MEASURED_ARCH, options)
+    mix = LengthMix(prompt_tokens=8, cap=128, cut_share=1.0)  # every row padded to the cap
+    work = StepWorkload(prompts=16, n=8, num_minibatches=1, padding=1.0, mix=mix)
+    assert update_micro_batches(agent, work) == 1
+    assert update_s(agent, MEASURED_GPU, work) == pytest.approx(measured, rel=0.02)
 
 
 def test_the_estimate_gives_back_the_measured_rollout_on_the_measured_model():
     options = HFPolicyOptions(autocast="bfloat16", gradient_checkpointing=True)
-    agent = se.Agent("scale-llama", se.MEASURED_ARCH, options)
+    agent = Agent("scale-llama", MEASURED_ARCH, options)
     # 80 % of the rows ran to the 128-token cap (stopped_share 0.195): 2 blocks x 128 steps
-    mix = se.LengthMix(prompt_tokens=8, cap=128, cut_share=0.805, median=60, sigma=0.5)
-    work = se.StepWorkload(prompts=16, n=8, mix=mix)
-    rollout = se.eager_rollout_s(agent, se.MEASURED_GPU, work)
-    assert rollout == pytest.approx(se.MEASURED.generate_s, rel=0.05)
+    mix = LengthMix(prompt_tokens=8, cap=128, cut_share=0.805, median=60, sigma=0.5)
+    work = StepWorkload(prompts=16, n=8, mix=mix)
+    rollout = eager_rollout_s(agent, MEASURED_GPU, work)
+    assert rollout == pytest.approx(MEASURED.generate_s, rel=0.05)
 
 
 @settings(max_examples=25, deadline=None)
@@ -95,35 +119,35 @@ def test_the_estimate_gives_back_the_measured_rollout_on_the_measured_model():
     st.integers(32, 256),
     st.sampled_from([1024, 2048, 4096, 8192]),
     st.sampled_from([1, 2]),
-    st.sampled_from(list(se.GPUS)),
+    st.sampled_from(list(GPUS)),
 )
 def test_doubling_the_gpus_per_agent_never_slows_a_step(prompts, cap, gpus, kind):
-    gpu, work = se.GPUS[kind], workload(prompts, cap)
-    fewer = se.estimate_step(pair(gpus), gpu, work)
-    more = se.estimate_step(pair(2 * gpus), gpu, work)
-    for backend in se.ROLLOUT_ROWS:
+    gpu, work = GPUS[kind], workload(prompts, cap)
+    fewer = estimate_step(pair(gpus), gpu, work)
+    more = estimate_step(pair(2 * gpus), gpu, work)
+    for backend in ROLLOUT_ROWS:
         assert more.total_with(backend) <= fewer.total_with(backend)
     for slow, fast in zip(fewer.phases, more.phases, strict=True):
         if slow.name in ("rollout", "scoring", "update"):
             assert fast.seconds <= slow.seconds, slow.name
-    for name in se.ROLLOUT_ROWS.values():
+    for name in ROLLOUT_ROWS.values():
         assert more.alternatives[name].seconds <= fewer.alternatives[name].seconds, name
 
 
 def test_the_update_spreads_over_the_gpus():
     """Twice the GPUs: the update's FLOPs take half the time (collectives on top)."""
-    gpu, work = se.GPUS["h200"], workload()
-    one, two = (se.update_s(pair(k)[0], gpu, work) for k in (1, 2))
+    gpu, work = GPUS["h200"], workload()
+    one, two = (update_s(pair(k)[0], gpu, work) for k in (1, 2))
     assert 0.5 * one <= two <= 0.55 * one
 
 
 @settings(max_examples=25, deadline=None)
 @given(st.sampled_from([512, 1024, 2048, 4096]), st.integers(1, 4096), st.sampled_from([1, 2]))
 def test_longer_responses_never_take_less_time(cap, extra, gpus):
-    gpu = se.GPUS["h200"]
-    shorter = se.estimate_step(pair(gpus), gpu, workload(cap=cap))
-    longer = se.estimate_step(pair(gpus), gpu, workload(cap=cap + extra))
-    for backend in se.ROLLOUT_ROWS:
+    gpu = GPUS["h200"]
+    shorter = estimate_step(pair(gpus), gpu, workload(cap=cap))
+    longer = estimate_step(pair(gpus), gpu, workload(cap=cap + extra))
+    for backend in ROLLOUT_ROWS:
         assert longer.total_with(backend) > shorter.total_with(backend)
     for short, long in zip(shorter.phases, longer.phases, strict=True):
         assert long.seconds >= short.seconds, short.name
@@ -134,14 +158,14 @@ def test_the_phases_sum_to_the_total(backends):
     agents = [
         dataclasses.replace(a, rollout_backend=b) for a, b in zip(pair(2), backends, strict=True)
     ]
-    estimate = se.estimate_step(agents, se.GPUS["h200"], workload())
+    estimate = estimate_step(agents, GPUS["h200"], workload())
     assert estimate.total == pytest.approx(sum(p.seconds for p in estimate.phases))
     assert [p.name for p in estimate.phases] == [
         "rollout", "verify", "scoring", "update", "weight sync", "exchange"
     ]  # fmt: skip
     rollout = estimate.phases[0]
-    eager = estimate.alternatives[se.ROLLOUT_ROWS["transformers"]]
-    vllm = estimate.alternatives[se.ROLLOUT_ROWS["vllm"]]
+    eager = estimate.alternatives[ROLLOUT_ROWS["transformers"]]
+    vllm = estimate.alternatives[ROLLOUT_ROWS["vllm"]]
     for i, backend in enumerate(backends):
         chosen = vllm if backend == "vllm" else eager
         assert rollout.per_agent[i] == chosen.per_agent[i]
@@ -157,9 +181,9 @@ def test_the_phases_sum_to_the_total(backends):
 @pytest.mark.parametrize("backend", ["transformers", "vllm"])
 def test_a_larger_kv_cache_decodes_slower(backend):
     """Both rollouts read every live row's KV cache each step: twice the KV heads, slower."""
-    agent, gpu, work = pair(2)[1], se.GPUS["h200"], workload()
+    agent, gpu, work = pair(2)[1], GPUS["h200"], workload()
     wider = dataclasses.replace(agent, arch=dataclasses.replace(QWEN3, num_kv_heads=16))
-    rollout = se.eager_rollout_s if backend == "transformers" else se.vllm_rollout_s
+    rollout = eager_rollout_s if backend == "transformers" else vllm_rollout_s
     assert rollout(wider, gpu, work) > 1.02 * rollout(agent, gpu, work)
 
 
@@ -169,9 +193,9 @@ TURNS = ("rollout", "update", "weight sync")
 def test_in_one_process_the_agents_take_turns():
     """The local backend (every policy in the driver): rollout, update and sync are the sum over
     agents, not the slowest agent; the phases still sum to the total."""
-    gpu, work = se.GPUS["h200"], workload()
-    apart = se.estimate_step(pair(1), gpu, work)
-    turns = se.estimate_step(pair(1), gpu, work, together=False)
+    gpu, work = GPUS["h200"], workload()
+    apart = estimate_step(pair(1), gpu, work)
+    turns = estimate_step(pair(1), gpu, work, together=False)
     for a, t in zip(apart.phases, turns.phases, strict=True):
         assert a.seconds == (max(a.per_agent) if a.name in TURNS else t.seconds)
         if a.name in TURNS:
@@ -181,18 +205,18 @@ def test_in_one_process_the_agents_take_turns():
 
 
 def test_vllm_slows_down_when_its_kv_cache_does_not_fit():
-    agent, gpu, work = pair(2)[0], se.GPUS["h100-80gb"], workload()
-    needed = se.vllm_peak_kv_tokens(work, agent.max_num_seqs)
-    needed *= se.vllm_kv_bytes_per_token(SMOLLM3, agent.gpus)
-    roomy = se.vllm_rollout_s(agent, gpu, work, kv_available=2 * needed)
-    assert roomy == se.vllm_rollout_s(agent, gpu, work)
-    assert se.vllm_rollout_s(agent, gpu, work, kv_available=needed / 4) > 3 * roomy
+    agent, gpu, work = pair(2)[0], GPUS["h100-80gb"], workload()
+    needed = vllm_peak_kv_tokens(work, agent.max_num_seqs)
+    needed *= vllm_kv_bytes_per_token(SMOLLM3, agent.gpus)
+    roomy = vllm_rollout_s(agent, gpu, work, kv_available=2 * needed)
+    assert roomy == vllm_rollout_s(agent, gpu, work)
+    assert vllm_rollout_s(agent, gpu, work, kv_available=needed / 4) > 3 * roomy
 
 
 def test_fsdp_divides_only_the_sharded_state():
     work = mp.Workload(1024, 4096, 256)
     plan = mp.plan_policy(QWEN3, PAPER_OPTIONS, work)
-    one, two = se.per_gpu_bytes(plan, 1), se.per_gpu_bytes(plan, 2)
+    one, two = per_gpu_bytes(plan, 1), per_gpu_bytes(plan, 2)
     for phase in mp.PHASES:
         assert one[phase] == pytest.approx(plan.persistent_bytes + plan.transient(phase))
         state = 3 * QWEN3.params * 4 + (QWEN3.params * 4 if phase == "update" else 0)
@@ -200,51 +224,51 @@ def test_fsdp_divides_only_the_sharded_state():
 
 
 def test_the_table_names_every_phase_and_the_target():
-    estimate = se.estimate_step(pair(2, "transformers"), se.GPUS["h200"], workload())
-    text = "\n".join(se.format_estimate(estimate))
+    estimate = estimate_step(pair(2, "transformers"), GPUS["h200"], workload())
+    text = "\n".join(format_estimate(estimate))
     for name in ("rollout", "verify", "scoring", "update", "weight sync", "exchange"):
         assert f"  {name} " in text
-    assert se.ROLLOUT_ROWS["vllm"] in text and se.ROLLOUT_ROWS["transformers"] in text
+    assert ROLLOUT_ROWS["vllm"] in text and ROLLOUT_ROWS["transformers"] in text
     assert text.count("the target (<= 1.5 x 4 min = 6 min)") == 2
     assert "every agent on vllm" in text
 
 
 def test_a_gpu_kind_outside_the_table_is_refused():
     with pytest.raises(ValueError, match="--gpu-kind: 'v100' is not one of"):
-        se.gpu_for(80, "v100")
-    assert se.gpu_for(141).name == "h200" and se.gpu_for(80).name == "h100-80gb"
+        gpu_for(80, "v100")
+    assert gpu_for(141).name == "h200" and gpu_for(80).name == "h100-80gb"
 
 
 def test_vllm_decodes_at_most_max_num_seqs_rows_at_once():
     """A5's slots: rows beyond `max_num_seqs` wait for a free slot, so fewer slots never decode
     faster; with as many slots as rows it is every row at once (more slots change nothing)."""
-    gpu, work = se.GPUS["h200"], workload()  # 1,024 rows
+    gpu, work = GPUS["h200"], workload()  # 1,024 rows
     agent = pair(2)[1]
     seconds = {
-        slots: se.vllm_rollout_s(dataclasses.replace(agent, max_num_seqs=slots), gpu, work)
+        slots: vllm_rollout_s(dataclasses.replace(agent, max_num_seqs=slots), gpu, work)
         for slots in (64, 256, 1024, 4096)
     }
     assert seconds[64] > seconds[256] > seconds[1024] == seconds[4096]
     # the queue's rows cost at least their tokens at the full slots' step, beyond the last 256
     busy = (work.rows - 256) * work.mix.mean_response / 256
-    assert seconds[256] - seconds[1024] > 0.2 * busy * se.VLLM_STEP_OVERHEAD_S
+    assert seconds[256] - seconds[1024] > 0.2 * busy * VLLM_STEP_OVERHEAD_S
     # the KV held at once: the slots' rows, not every row
-    assert se.vllm_peak_kv_tokens(work, 256) < se.vllm_peak_kv_tokens(work, 1024)
-    assert se.vllm_peak_kv_tokens(work, 1024) == se.vllm_peak_kv_tokens(work)
+    assert vllm_peak_kv_tokens(work, 256) < vllm_peak_kv_tokens(work, 1024)
+    assert vllm_peak_kv_tokens(work, 1024) == vllm_peak_kv_tokens(work)
 
 
 def test_the_weight_sync_gathers_float32_shards_in_the_options_buckets():
     """A9: `DTensor.full_tensor()` of the fp32 master weights: halving the link's bandwidth
     adds 4 bytes x params x (k-1)/k of transfer; a smaller `vllm_sync_bucket_mb` adds calls."""
-    gpu = se.GPUS["h200"]
+    gpu = GPUS["h200"]
     agent = pair(2)[0]
     slow = dataclasses.replace(gpu, nvlink_gb_s=gpu.nvlink_gb_s / 2)
-    extra = se.weight_sync_s(agent, slow) - se.weight_sync_s(agent, gpu)
-    assert extra == pytest.approx(4 * SMOLLM3.params / 2 / se.link_bytes_per_s(gpu))
+    extra = weight_sync_s(agent, slow) - weight_sync_s(agent, gpu)
+    assert extra == pytest.approx(4 * SMOLLM3.params / 2 / link_bytes_per_s(gpu))
     small = dataclasses.replace(agent, sync_bucket_mb=128.0)
     buckets = (2 * SMOLLM3.params / 2**20 / 128, 2 * SMOLLM3.params / 2**20 / 512)
-    calls = se.weight_sync_s(small, gpu) - se.weight_sync_s(agent, gpu)
-    assert calls == pytest.approx((math.ceil(buckets[0]) - math.ceil(buckets[1])) * se.SYNC_CALL_S)
+    calls = weight_sync_s(small, gpu) - weight_sync_s(agent, gpu)
+    assert calls == pytest.approx((math.ceil(buckets[0]) - math.ceil(buckets[1])) * SYNC_CALL_S)
 
 
 def test_the_engine_memory_is_its_preallocated_share():
@@ -262,14 +286,12 @@ def test_the_engine_memory_is_its_preallocated_share():
             1, {**options, "vllm_gpu_memory_utilization": share}, 4096, 2,
             architecture=QWEN3, work=work, capacity=capacity,
         )  # fmt: skip
-        memory = se.vllm_engine_memory(plan, 2, settings, None)
+        memory = vllm_engine_memory(plan, 2, settings, None)
         assert memory.sampling_bytes == pytest.approx(resident + share * capacity)
         weights = 2 * QWEN3.params / 2
-        assert memory.kv_bytes == pytest.approx(
-            share * capacity - weights - se.VLLM_WORKSPACE_BYTES
-        )
-    fixed = se.vllm_engine_memory(plan, 2, settings, 3.0)
+        assert memory.kv_bytes == pytest.approx(share * capacity - weights - VLLM_WORKSPACE_BYTES)
+    fixed = vllm_engine_memory(plan, 2, settings, 3.0)
     assert fixed.kv_bytes == 3 * mp.GIB
     assert fixed.sampling_bytes == pytest.approx(
-        resident + weights + 3 * mp.GIB + se.VLLM_WORKSPACE_BYTES
+        resident + weights + 3 * mp.GIB + VLLM_WORKSPACE_BYTES
     )

@@ -1,0 +1,55 @@
+"""One GPU's memory when an agent is sharded over its GPUs (A8 of `step_estimate`: FSDP2
+divides the weights, moments and gradients) and what its vLLM engine preallocates (A5)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from algorithms.training.memory_plan import GIB, PolicyPlan
+from algorithms.training.ray.engine_settings import EngineSettings, rank_update_peak
+from algorithms.training.step_time.anchors import VLLM_WORKSPACE_BYTES
+
+SHARDED_PREFIXES = ("weights (", "AdamW moments", "grads (")
+"""The memory plan's terms FSDP2 shards over an agent's ranks (A8); every other term is one
+rank's own (its micro-batch, its logits chunk, its KV cache, the bf16 weights it unshards)."""
+
+
+def sharded(name: str) -> bool:
+    return name.startswith(SHARDED_PREFIXES)
+
+
+def per_gpu_bytes(plan: PolicyPlan, gpus: int) -> dict[str, float]:
+    """Each phase's bytes on one of `gpus` FSDP2 ranks: the plan's sharded terms / gpus."""
+
+    def held(terms) -> float:
+        return sum(t.bytes / gpus if sharded(t.name) else t.bytes for t in terms)
+
+    state = held(plan.persistent)
+    return {phase: state + held(terms) for phase, terms in plan.phases.items()}
+
+
+@dataclass(frozen=True)
+class EngineMemory:
+    """One GPU of an agent's vLLM engine (A5): the KV space it preallocates and all the GPU
+    holds while it samples (the trainer's resident state beside it)."""
+
+    kv_bytes: float
+    sampling_bytes: float
+
+
+def vllm_engine_memory(
+    plan: PolicyPlan, gpus: int, settings: EngineSettings, kv_cache_gib: float | None
+) -> EngineMemory:
+    """A5 from the engine's settings (`ray.engine_settings.engine_settings` on CUDA with the
+    memory figures): `vllm_kv_cache_gib` when set, else the `vllm_gpu_memory_utilization`
+    share less the engine's weights per GPU and its workspace."""
+    if settings.engine_weight_bytes is None or settings.kv_cache_bytes is None:
+        raise ValueError("vllm_engine_memory: the engine settings lack their memory figures")
+    resident, _ = rank_update_peak(plan, gpus)
+    if kv_cache_gib is not None:
+        kv = kv_cache_gib * GIB
+        engine = settings.engine_weight_bytes + kv + VLLM_WORKSPACE_BYTES
+    else:
+        kv = settings.kv_cache_bytes - VLLM_WORKSPACE_BYTES
+        engine = settings.kv_cache_bytes + settings.engine_weight_bytes  # the whole share
+    return EngineMemory(kv, resident + engine)
