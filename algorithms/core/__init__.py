@@ -9,12 +9,13 @@ exchange strategies import) load no torch, so a run config is validated without 
 
 Modules:
 
-advantages        group-relative advantages (Eq.1; Dr.GRPO's variant)
-losses            the Eq.10 surrogate, its per-row variants, and the KL term
-ordering          minibatch order within an epoch (peer-last and its variants)
-selection         which prompts move (the Eq.4 gate and balancing, §7, §8)
-weights           compatibility scores and weights of transferred responses (Eq.6-8)
-_checks           input checks shared by the core functions
+advantages          group-relative advantages (Eq.1; Dr.GRPO's variant)
+losses              the Eq.10 surrogate, its per-row variants, and the KL term
+ordering            minibatch order within an epoch (peer-last and its variants)
+rollout_correction  importance weights between a sampling engine's log-probs and the trainer's
+selection           which prompts move (the Eq.4 gate and balancing, §7, §8)
+weights             compatibility scores and weights of transferred responses (Eq.6-8)
+_checks             input checks shared by the core functions
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ _EXPORTS = {
     "reference_kl": "losses",
     "token_nll": "losses",
     "order_minibatches": "ordering",
+    "RolloutCorrection": "rollout_correction",
+    "rollout_correction": "rollout_correction",
     "exchange_candidates": "selection",
     "random_prompt_selection": "selection",
     "select_exchange": "selection",
