@@ -209,13 +209,19 @@ class Algorithm:
     def _own_sequence(
         self, own: AgentRollouts, p: int, i: int, advantages: np.ndarray
     ) -> TrainSequence:
+        """Own response (p, i): its old log-probs are those recorded while sampling, or the
+        trainer's rescoring where the rollout correction set them, with its weights."""
+        rescored = own.train_logprobs[p][i] if own.train_logprobs is not None else None
+        weights = own.rollout_weights[p][i] if own.rollout_weights is not None else None
+        old = own.logprobs[p][i] if rescored is None else rescored
         return TrainSequence(
             prompt_index=p,
             response_token_ids=list(own.token_ids[p][i]),
-            old_logprobs=np.asarray(own.logprobs[p][i], dtype=np.float64),
+            old_logprobs=np.asarray(old, dtype=np.float64),
             advantage=float(advantages[p, i]),
             source=own.agent,
             clip=self.config.clip_own,
+            rollout_weights=None if weights is None else np.asarray(weights, dtype=np.float64),
         )
 
     def _peer_sequences(self, group: TransferredGroup) -> list[TrainSequence]:
@@ -309,7 +315,8 @@ class Algorithm:
 
     def _surrogate(self, new_logp: torch.Tensor, batch: CollatedSequences) -> SurrogateOutput:
         """Eq.10 over the batch, with the config's ratio form, LUFFY's peer term and the
-        clip radii per row: peers take peer_eps_* where set (HACPO), else the own radii."""
+        clip radii per row: peers take peer_eps_* where set (HACPO), else the own radii; own
+        rows the rollout correction weighted carry their token weights."""
         cfg = self.config
         rows = len(batch.weights)
         seq_ratio = torch.full((rows,), cfg.ratio == "sequence", device=new_logp.device)
@@ -333,6 +340,7 @@ class Algorithm:
             luffy=batch.is_peer & (cfg.peer_objective == "luffy"),
             luffy_gamma=cfg.luffy_gamma,
             constant_norm=cfg.constant_norm,
+            token_weights=batch.token_weights,
         )
 
     @staticmethod

@@ -30,6 +30,11 @@ class AgentRollouts:
     policy documents, e.g. after temperature). `finish_reasons[p][i]` (one of
     `FINISH_REASONS`) says whether the response ended with the agent's EOS, so a
     receiver re-tokenises it with its own EOS only then.
+
+    The rollout correction (a run's `rollout_correction`) sets `train_logprobs[p][i]`, the
+    trainer's log-probs of the same tokens at θ_old that its own rows train against, and
+    `rollout_weights[p][i]`, their per-token importance weights; either is None for a
+    response it left as sampled, and both are None without it.
     """
 
     agent: str
@@ -41,6 +46,8 @@ class AgentRollouts:
     finish_reasons: list[list[str]]
     rewards: np.ndarray
     advantages: np.ndarray | None = None
+    train_logprobs: list[list[np.ndarray | None]] | None = None
+    rollout_weights: list[list[np.ndarray | None]] | None = None
 
     def __post_init__(self) -> None:
         self.rewards = np.asarray(self.rewards, dtype=np.float64)
@@ -142,7 +149,12 @@ class TransferredGroup:
 
 @dataclass(frozen=True)
 class TrainSequence:
-    """One response as the receiver trains on it, on the receiver's tokenisation."""
+    """One response as the receiver trains on it, on the receiver's tokenisation.
+
+    `rollout_weights[t]` multiplies token t's surrogate term: the rollout correction's
+    importance weight between the engine that sampled an own response and the trainer
+    (`algorithms.core.rollout_correction`); None means 1 on every token.
+    """
 
     prompt_index: int
     response_token_ids: list[int]
@@ -154,6 +166,7 @@ class TrainSequence:
     clip: bool = True
     policy_gradient: bool = True
     nll: bool = False
+    rollout_weights: np.ndarray | None = None
 
 
 @dataclass

@@ -7,7 +7,8 @@ row, and enter as data rather than as separate passes: the weight w (0 removes a
 row), the clip bounds ([B, 1] tensors, so peer rows can have their own range and
 an unclipped row has (-inf, inf)), the sequence ratio (GSPO form) and LUFFY
 shaping; per minibatch they differ in the normaliser (token count, or Dr.GRPO's
-constant). Padding and removed rows are masked *before* any exponential so that
+constant). The rollout correction's importance weights, when given, multiply each
+token's term (`token_weights`). Padding and removed rows are masked *before* any exponential so that
 whatever values they hold can produce neither a NaN nor a gradient. `token_nll` is
 SGT's auxiliary term and `reference_kl` the optional penalty of §6 (KL to a
 reference model), in verl's form.
@@ -111,6 +112,7 @@ def clipped_surrogate(
     luffy: torch.Tensor | None = None,
     luffy_gamma: float = 0.1,
     constant_norm: int = 0,
+    token_weights: torch.Tensor | None = None,
 ) -> SurrogateOutput:
     """Token-mean clipped surrogate (Eq.10), returned as a loss to minimise.
 
@@ -131,6 +133,11 @@ def clipped_surrogate(
     - luffy=True: `luffy_term` instead of the clipped term (LUFFY).
     - is_peer: only splits the token and clip counts into own and peer.
 
+    token_weights [B, T] (None: all ones) multiplies each token's term by a constant >= 0:
+    the rollout correction's importance weight between the sampling engine and the trainer
+    (`rollout_correction`). The denominator stays the unweighted token count, as verl's
+    rollout_is does, so a token of weight 0 still counts in it.
+
     A clip is "active" on a token of a clipped row when (a > 0 and ρ > 1+ε_high) or
     (a < 0 and ρ < 1-ε_low); there the gradient is zero. With no retained row the
     loss is 0 with a zero gradient.
@@ -146,6 +153,8 @@ def clipped_surrogate(
         luffy_term(new_logp, kept, a, luffy_gamma),
         ppo_clip_term(ratio, a, low, high),
     )
+    if token_weights is not None:
+        term = term * _token_weights(token_weights, kept, new_logp)
     pg_tokens = kept.sum()
     normaliser = retained.sum() * constant_norm if constant_norm else pg_tokens
     active = (kept & ~luffy_row[:, None] & clip_active(ratio, a, low, high)).detach()
@@ -248,6 +257,19 @@ def _token_mask(new_logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tens
     if not ((mask == 0) | (mask == 1)).all():
         raise ValueError("mask must hold only 0 and 1 (1 on response tokens, 0 on padding)")
     return mask.bool()
+
+
+def _token_weights(weights: torch.Tensor, kept: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """Per-token weights as a constant [B, T] tensor in `like`'s dtype, checked finite and
+    >= 0 on the kept tokens (what they hold elsewhere never reaches the loss)."""
+    if weights.shape != like.shape:
+        raise ValueError(
+            f"token_weights has shape {tuple(weights.shape)}, new_logp has {tuple(like.shape)}"
+        )
+    weights = torch.where(kept, weights.detach().to(like.dtype), 1.0)
+    if not (torch.isfinite(weights).all() and (weights >= 0).all()):
+        raise ValueError("token_weights must be finite and >= 0 on the response tokens")
+    return weights
 
 
 def _row_values(values: torch.Tensor, name: str, like: torch.Tensor) -> torch.Tensor:

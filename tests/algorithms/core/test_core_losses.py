@@ -237,9 +237,47 @@ def test_token_nll_is_the_mean_over_masked_tokens() -> None:
     assert empty.item() == 0 and torch.all(new.grad == 0)
 
 
+@SETTINGS
+@given(batch=batches)
+def test_token_weights_of_one_change_nothing(batch: Batch) -> None:
+    plain, weighted = batch.new_logp(), batch.new_logp()
+    without = surrogate(batch, plain, is_peer=batch.is_peer)
+    ones = torch.where(batch.mask.bool(), 1.0, float("nan"))  # padding may hold anything
+    with_ones = surrogate(batch, weighted, is_peer=batch.is_peer, token_weights=ones)
+    assert torch.equal(without.loss, with_ones.loss)
+    without.loss.backward()
+    with_ones.loss.backward()
+    assert torch.equal(plain.grad, weighted.grad)
+
+
+@SETTINGS
+@given(batch=batches, seed=st.integers(0, 2**31 - 1))
+def test_token_weights_scale_each_tokens_term_and_leave_the_denominator(
+    batch: Batch, seed: int
+) -> None:
+    generator = torch.Generator().manual_seed(seed)
+    token_weights = 2.0 * torch.rand(batch.mask.shape, generator=generator, dtype=torch.float64)
+    new = batch.new_logp()
+    output = surrogate(batch, new, token_weights=token_weights)
+    ratio = torch.exp(new - batch.old)
+    a = batch.advantages[:, None]
+    term = torch.minimum(ratio * a, torch.clamp(ratio, 1 - EPS_LOW, 1 + EPS_HIGH) * a)
+    kept = batch.mask.bool() & (batch.weights > 0)[:, None]
+    expected = -(torch.where(kept, term * batch.weights[:, None] * token_weights, 0.0)).sum()
+    expected = expected / kept.sum().clamp(min=1)
+    torch.testing.assert_close(output.loss, expected, rtol=1e-12, atol=1e-12)
+    assert output.pg_tokens == output.normaliser == kept.sum()
+    output.loss.backward()
+    zero = batch.new_logp()
+    surrogate(batch, zero, token_weights=torch.zeros_like(token_weights)).loss.backward()
+    assert torch.all(zero.grad == 0)
+
+
 @pytest.mark.parametrize(
     ("options", "error", "message"),
     [
+        ({"token_weights": torch.ones(2, 2)}, ValueError, "token_weights has shape \\(2, 2\\)"),
+        ({"token_weights": torch.full((2, 3), -1.0)}, ValueError, "token_weights must be finite"),
         ({"weights": torch.tensor([1.0, -0.5])}, ValueError, "weights must be >= 0"),
         ({"advantages": torch.tensor([1.0])}, ValueError, "advantages must have shape \\(2,\\)"),
         ({"mask": torch.full((2, 3), 0.5)}, ValueError, "mask must hold only 0 and 1"),
