@@ -86,13 +86,15 @@ def profiled(fn: Callable[[], T]) -> tuple[T, RankTime]:
         ran = time.perf_counter()
         value = fn()
         done = time.perf_counter()
+    # The raw kineto events: `profile.events()` builds Python FunctionEvents first, 2 s for
+    # the 12,500 events of a tiny model's 4 forward-backwards against 0.04 s for these.
     spans = [
-        (event.time_range.start, event.time_range.end)  # microseconds
-        for event in profile.events()
-        if event.name.startswith(COLLECTIVE_PREFIXES)
+        (event.start_ns(), event.end_ns())
+        for event in profile.profiler.kineto_results.events()
+        if event.name().startswith(COLLECTIVE_PREFIXES)
     ]
     seconds = time.perf_counter() - started
-    return value, RankTime(seconds, union_seconds(spans) / 1e6, seconds - (done - ran))
+    return value, RankTime(seconds, union_seconds(spans) / 1e9, seconds - (done - ran))
 
 
 def rounds(calls: Sequence[CallTime]) -> list[list[CallTime]]:
