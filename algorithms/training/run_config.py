@@ -28,9 +28,9 @@ import dataclasses
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import ConfigDict
+from pydantic import ConfigDict, Field, Strict
 
 from algorithms.library.choice import LibraryChoice
 from algorithms.storage.yaml_schema import (
@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from algorithms.library.source import LibrarySource
 
 Backend = Literal["local", "ray"]
+AboveOne = Annotated[float, Strict(), Field(gt=1, allow_inf_nan=False)]
 
 
 # The option classes of the mapping sections (`metadata["options"]`: what `graft config show`
@@ -157,6 +158,35 @@ class LibrarySpec:
 
 
 @dataclass(frozen=True)
+class RolloutCorrectionSpec:
+    """How own responses are corrected for the engine that sampled them (vLLM: other kernels
+    and precision than the trainer's forward): each live agent rescores its own responses
+    with its policy's `score` before the batch is built (algorithms.core.rollout_correction)."""
+
+    mode: Literal["monitor", "truncate", "mask"] = field(
+        default="truncate",
+        metadata={
+            "help": "'monitor': rescore and log rollout_correction/* only, train as without; "
+            "'truncate': the trainer's log-probs are the ratio's old ones and each token's "
+            "term is weighted min(ratio, cap) (TRL's correction); 'mask': the same old "
+            "log-probs, and tokens (or responses) whose ratio is outside [1/cap, cap] get "
+            "weight 0 (verl's rollout_rs)"
+        },
+    )
+    level: Literal["token", "sequence"] = field(
+        default="token",
+        metadata={
+            "help": "'token': a ratio per token; 'sequence': one per response, exp of the sum "
+            "of its token log ratios (verl's and TRL's sequence level)"
+        },
+    )
+    cap: AboveOne = field(
+        default=2.0,
+        metadata={"help": "the weight's bound: truncate at cap, mask outside [1/cap, cap]"},
+    )
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     """Everything a run needs; every field can be set from YAML or `--set`."""
 
@@ -191,6 +221,13 @@ class TrainConfig:
         default=None, metadata={"help": "graft-library's trajectory library (null: none)"}
     )
     eval: EvalSpec = field(default_factory=EvalSpec)
+    rollout_correction: RolloutCorrectionSpec | None = field(
+        default=None,
+        metadata={
+            "help": "correct own responses for their sampling engine's log-probs (vLLM); "
+            "null: off, old log-probs are those recorded while sampling"
+        },
+    )
     dynamic_max_rounds: Count = field(
         default=3, metadata={"help": "dynamic sampling: extra prompt batches drawn per step"}
     )
@@ -231,10 +268,12 @@ class TrainConfig:
 
     def to_dict(self) -> dict[str, Any]:
         data = plain(dataclasses.asdict(self))
-        if self.library is None:
-            # Left out while unset, so the config.yaml of a run (and a compare cell's hash)
-            # recorded before libraries existed still equals this one: resumes are allowed.
-            del data["library"]
+        for name in ("library", "rollout_correction"):
+            if data[name] is None:
+                # Left out while unset, so the config.yaml of a run (and a compare cell's
+                # hash) recorded before the section existed still equals this one: resumes
+                # are allowed.
+                del data[name]
         return data
 
 

@@ -197,3 +197,37 @@ def test_threads_must_be_a_whole_number_of_at_least_one(value, message):
 def test_threads_are_unset_by_default_and_settable():
     assert config_from_dict(BASE).threads is None
     assert config_from_dict(BASE, ["threads=3"]).threads == 3
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("rollout_correction.mode=clip", "rollout_correction.mode: 'clip' is not one of"),
+        ("rollout_correction.level=geometric", "rollout_correction.level: 'geometric' is not"),
+        ("rollout_correction.cap=1", "rollout_correction.cap: 1 must be > 1"),
+        ("rollout_correction.cap=0.5", "rollout_correction.cap: 0.5 must be > 1"),
+        ("rollout_correction.cap=.inf", "rollout_correction.cap: "),
+        ("rollout_correction.cap=big", "rollout_correction.cap: 'big' is not a number"),
+        ("rollout_correction.capp=3", "rollout_correction.capp: unknown"),
+        ("rollout_correction=on", "rollout_correction: "),
+    ],
+)
+def test_a_bad_rollout_correction_is_one_line_naming_its_key(override, message):
+    with pytest.raises(ConfigError, match="^" + message) as caught:
+        config_from_dict(BASE, [override])
+    assert "\n" not in str(caught.value)
+
+
+def test_rollout_correction_is_off_by_default_and_then_absent_from_the_saved_form():
+    """Absent while unset (as `library`), so every saved config.yaml and grid cell hash made
+    before the option existed is unchanged; set, it is saved whole and reads back equal."""
+    off = config_from_dict(BASE)
+    assert off.rollout_correction is None and "rollout_correction" not in off.to_dict()
+    on = config_from_dict(BASE, ["rollout_correction={}"])
+    spec = on.rollout_correction
+    assert (spec.mode, spec.level, spec.cap) == ("truncate", "token", 2.0)
+    assert on.to_dict()["rollout_correction"] == {"mode": "truncate", "level": "token", "cap": 2.0}
+    changed = ["rollout_correction.mode=mask", "rollout_correction.level=sequence"]
+    masked = config_from_dict(BASE, [*changed, "rollout_correction.cap=3"])
+    assert config_from_dict(masked.to_dict()) == masked
+    assert masked.rollout_correction.cap == 3 and masked.rollout_correction.mode == "mask"
