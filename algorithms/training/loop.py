@@ -8,7 +8,8 @@ loop. One step, for the shared prompt batch of step t:
 2. verify    the multi-agent environment scores every response (math-verify); a
              library (graft-library) is then looked up for the all-fail prompts, its
              groups re-verified (`algorithms.library.source`), and dynamic sampling
-             refills the batch (`algorithms.rollouts.refill`);
+             refills the batch (`algorithms.rollouts.refill`); with `rollout_correction`
+             set, each live policy rescores its own responses (`correct_rollouts`);
 3. exchange  the algorithm computes advantages and its exchange strategy picks the
              transfers, scoring peer texts under each receiver's π_old (`scoring`);
 4. update    each live policy runs its `TrainBatch` in the algorithm's minibatch order;
@@ -63,7 +64,13 @@ from algorithms.training.run_config import (
     run_library,
 )
 from algorithms.training.run_dir import create_run_dir
-from algorithms.training.step import StepRecord, step_metrics, timed, update_policies
+from algorithms.training.step import (
+    StepRecord,
+    correct_rollouts,
+    step_metrics,
+    timed,
+    update_policies,
+)
 from algorithms.training.wandb_sink import WandbSink
 from graft_env.envs import MultiAgentMathEnv, prompt_batch_indices
 from graft_env.policies import Generation, Policy, SamplingParams, load_policy
@@ -180,6 +187,12 @@ class Trainer:
         if self.algorithm.config.dynamic_sampling:
             with timed(timings, "refill"):
                 self._refill(t, rollouts, statuses, sampled)
+        corrections = {}
+        if self.config.rollout_correction is not None:  # own responses at θ_old, by the trainer
+            with timed(timings, "rescoring"):
+                corrections = correct_rollouts(
+                    self.policies, rollouts, self.config.rollout_correction
+                )
         with timed(timings, "exchange"):
             exchanged, batches, counts = self._exchange(t, rollouts, timings)
         timings["exchange"] -= timings.get("scoring", 0.0)
@@ -196,6 +209,7 @@ class Trainer:
             counts,
             updates,
             timings,
+            corrections=corrections,
         )
         status_counts = {name: info["status_counts"] for name, info in step_infos.items()}
         record.metrics = step_metrics(record, status_counts, sampled, stored, lookup)

@@ -1,26 +1,32 @@
 """What one training step produces, and the phases of it that need no `Trainer` state.
 
 `Trainer.run_step` (algorithms.training.loop) runs the phases in order; the ones here are pure
-functions of their inputs: the update of every policy on its batch (`update_policies`),
-the metrics rows (`step_metrics`) and the phase timer (`timed`).
+functions of their inputs: the rollout correction's rescoring of own responses
+(`correct_rollouts`), the update of every policy on its batch (`update_policies`), the
+metrics rows (`step_metrics`) and the phase timer (`timed`).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from algorithms.algorithm import BatchCounts
+from algorithms.core.rollout_correction import rollout_correction
 from algorithms.exchange import ExchangeStats
 from algorithms.library.source import Lookup, lookup_metrics
 from algorithms.training.metrics import agent_step_metrics
 from graft_env.policies import LossFn, Policy
 from graft_env.types import AgentRollouts, TrainBatch, TransferredGroup
+
+if TYPE_CHECKING:
+    from algorithms.training.run_config import RolloutCorrectionSpec
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +45,7 @@ class StepRecord:
     update_metrics: dict[str, dict[str, float]]
     timings: dict[str, float] = field(default_factory=dict)
     metrics: dict[str, dict[str, float]] = field(default_factory=dict)
+    corrections: dict[str, dict[str, float]] = field(default_factory=dict)  # rollout_correction/*
 
 
 @contextmanager
@@ -49,6 +56,61 @@ def timed(timings: dict[str, float], phase: str) -> Iterator[None]:
         yield
     finally:
         timings[phase] = timings.get(phase, 0.0) + time.perf_counter() - start
+
+
+def correct_rollouts(
+    policies: Mapping[str, Policy],
+    rollouts: Mapping[str, AgentRollouts],
+    spec: RolloutCorrectionSpec,
+) -> dict[str, dict[str, float]]:
+    """The rollout correction of every live agent (`rollout_correction` of the run config):
+    its own responses rescored by its policy's `score` at θ_old, before any update, against
+    the log-probs recorded while sampling; unless `spec.mode` is monitor, the trainer's
+    log-probs and the weights are set on its rollouts (`train_logprobs`, `rollout_weights`)
+    for its batch to train on. Returns each agent's `rollout_correction/*` metrics."""
+    return {name: _correct_own(policy, rollouts[name], spec) for name, policy in policies.items()}
+
+
+def _correct_own(
+    policy: Policy, own: AgentRollouts, spec: RolloutCorrectionSpec
+) -> dict[str, float]:
+    """One agent's correction. `score` tokenises the response text again; a response whose
+    tokens come out other than the sampled ones (a non-canonical BPE split, a special token
+    the text dropped) has no trainer log-probs for its tokens, so it trains as sampled and is
+    counted (`rollout_correction/retokenised`)."""
+    pairs = [(p, i) for p in range(len(own.prompts)) for i in range(own.n)]
+    scored = policy.score(
+        [own.prompts[p] for p, _ in pairs],
+        [own.texts[p][i] for p, i in pairs],
+        [own.finish_reasons[p][i] for p, i in pairs],
+    )
+    matched = [
+        (p, i, item.logprobs)
+        for (p, i), item in zip(pairs, scored, strict=True)
+        if list(item.token_ids) == list(own.token_ids[p][i])
+    ]
+    engine, mask = _padded([own.logprobs[p][i] for p, i, _ in matched])
+    trainer, _ = _padded([logprobs for _, _, logprobs in matched])
+    result = rollout_correction(engine, trainer, mask, spec.mode, spec.level, spec.cap)
+    if spec.mode != "monitor":
+        own.train_logprobs = [[None] * own.n for _ in own.prompts]
+        own.rollout_weights = [[None] * own.n for _ in own.prompts]
+        for row, (p, i, logprobs) in enumerate(matched):
+            own.train_logprobs[p][i] = np.asarray(logprobs, dtype=np.float64)
+            own.rollout_weights[p][i] = result.weights[row, : len(logprobs)].copy()
+    metrics = {f"rollout_correction/{key}": value for key, value in result.metrics.items()}
+    metrics["rollout_correction/retokenised"] = float(len(pairs) - len(matched))
+    return metrics
+
+
+def _padded(rows: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Right-padded [R, T] values and their 0/1 mask."""
+    width = max((len(row) for row in rows), default=0)
+    values, mask = np.zeros((len(rows), width)), np.zeros((len(rows), width))
+    for j, row in enumerate(rows):
+        values[j, : len(row)] = row
+        mask[j, : len(row)] = 1.0
+    return values, mask
 
 
 def update_policies(
@@ -98,4 +160,6 @@ def step_metrics(
     if lookup is not None:
         for name, metrics in out.items():
             metrics.update(lookup_metrics(lookup, record.transfers[name]))
+    for name, metrics in out.items():
+        metrics.update(record.corrections.get(name, {}))
     return out
