@@ -21,17 +21,10 @@ import pytest
 
 from benchmarks.compare.cells import plan_cells
 from benchmarks.compare.grid import load_grid
-from benchmarks.study.gap_report import (
-    GAP_MODEL,
-    GRIDS,
-    NOT_RESOLVABLE,
-    GapModel,
-    Study,
-    _bootstrap_inputs,
-    gap_models,
-    main,
-    slope_entry,
-)
+from benchmarks.study.gap.cells import GapModel, Study, gap_models
+from benchmarks.study.gap.contrasts import GAP_MODEL, NOT_RESOLVABLE, _bootstrap_inputs
+from benchmarks.study.gap.slope import slope_entry
+from benchmarks.study.gap_report import GRIDS, main
 from benchmarks.study.report import GRAFT, GRPO8, GRPO32, NO_COMPAT, NO_FLOOR
 from benchmarks.study.stats import (
     contrast_replicates,
