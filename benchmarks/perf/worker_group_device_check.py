@@ -15,15 +15,15 @@ as `RankWorker`'s methods call them; `"driver"` in the results says which ran.
 Stages, each with seconds and peak memory (CUDA allocator peak; on CPU the resident
 high-water mark) beside the memory plan's prediction for that phase
 (`memory_plan.plan_policy`, the sharded terms divided by the world size:
-`step_estimate.per_gpu_bytes`):
+`step_time.gpu_memory.per_gpu_bytes`):
 
 1. `warm_up`: a small update (AdamW's moments exist afterwards, kernels are loaded);
 2. `update_peak`: one minibatch of 8 prompts x 8 responses of 4,096 tokens (512-token
    prompts): every micro-batch at the 32,768-token budget, the plan's update peak;
 3. `update_paper`: one of the paper's minibatches, 32 prompts x 8 (prompts 80-200 tokens,
-   responses of mean ~800, 15 % cut at 4,096: the length mix of `step_estimate.LengthMix`),
+   responses of mean ~800, 15 % cut at 4,096: the length mix of `step_time.workload.LengthMix`),
    with `padding_share`; x 4 minibatches it is the step's update, printed beside
-   `step_estimate.update_s` for one GPU;
+   `step_time.phases.update_s` for one GPU;
 4. `score`: 16 peer rows of 4,096 tokens scored (re-tokenised text) on the gathered model;
 5. `generate`: 8 prompts x 2 samples of up to 32 tokens on the gathered model;
 6. `checkpoint`: `save`, a further update (weights and moments move) and draws from the CPU
@@ -251,7 +251,7 @@ def exact_batch(
 
 
 def mix_batch(vocab: int, prompts: int, n: int, mix: LengthMix, seed: int) -> TrainBatch:
-    """`prompts` x `n` random responses of the paper's length mix (A1 of step_estimate):
+    """`prompts` x `n` random responses of the paper's length mix (A1, `LengthMix`):
     prompts of 80-200 tokens (scaled to the mix's prompt length), `cut_share` of the
     responses at the cap, the rest log-normal; advantages +-0.5; one minibatch."""
     rng = np.random.default_rng(seed)
@@ -319,7 +319,7 @@ def differences(before: Any, after: Any, where: str = "") -> list[str]:
 STAGE_FLOOR_S = 20.0
 """Every stage's fixed allowance (allocator warm-up, kernel loads, small copies)."""
 UPDATE_MARGIN = 3.0
-"""An update stage is expected to take up to this many times `step_estimate.update_s`."""
+"""An update stage is expected to take up to this many times `step_time.phases.update_s`."""
 DISK_BYTES_PER_S = 0.5e9
 """Assumed scratch-disk bandwidth, read or write (low on purpose: network-backed disks)."""
 HOST_BYTES_PER_S = 2e9
