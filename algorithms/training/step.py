@@ -77,8 +77,15 @@ def _correct_own(
     """One agent's correction. `score` tokenises the response text again; a response whose
     tokens come out other than the sampled ones (a non-canonical BPE split, a special token
     the text dropped) has no trainer log-probs for its tokens, so it trains as sampled and is
-    counted (`rollout_correction/retokenised`)."""
-    pairs = [(p, i) for p in range(len(own.prompts)) for i in range(own.n)]
+    counted (`rollout_correction/retokenised`), as is one `score` refuses: no text and no EOS
+    (cut at max_new_tokens after special tokens only)."""
+    responses = own.rewards.size
+    pairs = [
+        (p, i)
+        for p in range(len(own.prompts))
+        for i in range(own.n)
+        if own.texts[p][i] or own.finish_reasons[p][i] == "stop"
+    ]
     scored = policy.score(
         [own.prompts[p] for p, _ in pairs],
         [own.texts[p][i] for p, i in pairs],
@@ -99,7 +106,7 @@ def _correct_own(
             own.train_logprobs[p][i] = np.asarray(logprobs, dtype=np.float64)
             own.rollout_weights[p][i] = result.weights[row, : len(logprobs)].copy()
     metrics = {f"rollout_correction/{key}": value for key, value in result.metrics.items()}
-    metrics["rollout_correction/retokenised"] = float(len(pairs) - len(matched))
+    metrics["rollout_correction/retokenised"] = float(responses - len(matched))
     return metrics
 
 
