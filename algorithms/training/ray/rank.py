@@ -105,7 +105,7 @@ class RankWorker:
         return {
             "name": policy.name,
             "temperature": float(policy.temperature),
-            "generation_batch_size": options.generation_batch_size,
+            "generation_batch_size": policy.options.generation_batch_size,
             "device": str(policy.device),
             "backend": dist.get_backend(),
             "torch_threads": torch.get_num_threads(),
