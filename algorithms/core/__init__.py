@@ -36,7 +36,7 @@ _EXPORTS = {
     "token_nll": "losses",
     "order_minibatches": "ordering",
     "RolloutCorrection": "rollout_correction",
-    "rollout_correction": "rollout_correction",
+    "correction_weights": "rollout_correction",
     "exchange_candidates": "selection",
     "random_prompt_selection": "selection",
     "select_exchange": "selection",

@@ -135,7 +135,7 @@ def clipped_surrogate(
 
     token_weights [B, T] (None: all ones) multiplies each token's term by a constant >= 0:
     the rollout correction's importance weight between the sampling engine and the trainer
-    (`rollout_correction`). The denominator stays the unweighted token count, as verl's
+    (`correction_weights`). The denominator stays the unweighted token count, as verl's
     rollout_is does, so a token of weight 0 still counts in it.
 
     A clip is "active" on a token of a clipped row when (a > 0 and ρ > 1+ε_high) or

@@ -49,7 +49,7 @@ class RolloutCorrection:
     metrics: dict[str, float]
 
 
-def rollout_correction(
+def correction_weights(
     engine_logp: ArrayLike,
     trainer_logp: ArrayLike,
     mask: ArrayLike,

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from algorithms.algorithm import BatchCounts
-from algorithms.core.rollout_correction import rollout_correction
+from algorithms.core.rollout_correction import correction_weights
 from algorithms.exchange import ExchangeStats
 from algorithms.library.source import Lookup, lookup_metrics
 from algorithms.training.metrics import agent_step_metrics
@@ -98,7 +98,7 @@ def _correct_own(
     ]
     engine, mask = _padded([own.logprobs[p][i] for p, i, _ in matched])
     trainer, _ = _padded([logprobs for _, _, logprobs in matched])
-    result = rollout_correction(engine, trainer, mask, spec.mode, spec.level, spec.cap)
+    result = correction_weights(engine, trainer, mask, spec.mode, spec.level, spec.cap)
     if spec.mode != "monitor":
         own.train_logprobs = [[None] * own.n for _ in own.prompts]
         own.rollout_weights = [[None] * own.n for _ in own.prompts]

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from algorithms.core import rollout_correction
+from algorithms.core import correction_weights
 
 SETTINGS = settings(max_examples=100, deadline=None)
 modes = st.sampled_from(["monitor", "truncate", "mask"])
@@ -37,7 +37,7 @@ def batches(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 @given(batch=batches(), mode=modes, level=levels, cap=caps)
 def test_weights_lie_in_zero_to_cap_and_are_zero_off_the_mask(batch, mode, level, cap):
     engine, trainer, mask = batch
-    weights = rollout_correction(engine, trainer, mask, mode, level, cap).weights
+    weights = correction_weights(engine, trainer, mask, mode, level, cap).weights
     assert weights.shape == mask.shape
     assert np.all((weights >= 0) & (weights <= cap))
     assert np.all(weights[mask == 0] == 0)
@@ -53,7 +53,7 @@ def test_truncate_is_the_ratio_capped_at_cap(batch, level, cap):
         diff if level == "token" else np.repeat(diff.sum(1, keepdims=True), diff.shape[1], 1)
     )
     expected = np.minimum(np.exp(np.clip(log_ratio, -20, 20)), cap)
-    weights = rollout_correction(engine, trainer, mask, "truncate", level, cap).weights
+    weights = correction_weights(engine, trainer, mask, "truncate", level, cap).weights
     np.testing.assert_allclose(weights[kept], expected[kept], rtol=1e-12)
 
 
@@ -62,7 +62,7 @@ def test_truncate_is_the_ratio_capped_at_cap(batch, level, cap):
 def test_mask_gives_one_inside_the_band_and_zero_outside(batch, level, cap):
     engine, trainer, mask = batch
     kept = mask == 1
-    result = rollout_correction(engine, trainer, mask, "mask", level, cap)
+    result = correction_weights(engine, trainer, mask, "mask", level, cap)
     assert set(np.unique(result.weights[kept])) <= {0.0, 1.0}
     diff = np.where(kept, trainer - engine, 0.0)
     log_ratio = (
@@ -79,7 +79,7 @@ def test_mask_gives_one_inside_the_band_and_zero_outside(batch, level, cap):
 def test_sequence_level_gives_every_token_of_a_response_its_one_weight(batch, cap):
     engine, trainer, mask = batch
     for mode in ("truncate", "mask"):
-        weights = rollout_correction(engine, trainer, mask, mode, "sequence", cap).weights
+        weights = correction_weights(engine, trainer, mask, mode, "sequence", cap).weights
         for row, kept in zip(weights, mask == 1, strict=True):
             assert len(set(row[kept].tolist())) <= 1
 
@@ -88,7 +88,7 @@ def test_sequence_level_gives_every_token_of_a_response_its_one_weight(batch, ca
 @given(batch=batches(), mode=modes, level=levels, cap=caps)
 def test_equal_logprobs_give_weight_one_and_no_mismatch(batch, mode, level, cap):
     engine, _, mask = batch
-    result = rollout_correction(engine, engine.copy(), mask, mode, level, cap)
+    result = correction_weights(engine, engine.copy(), mask, mode, level, cap)
     kept = mask == 1
     assert np.all(result.weights[kept] == 1.0)
     metrics = result.metrics
@@ -103,7 +103,7 @@ def test_equal_logprobs_give_weight_one_and_no_mismatch(batch, mode, level, cap)
 def test_mismatch_metrics_are_those_of_the_kept_tokens(batch, mode, level, cap):
     engine, trainer, mask = batch
     kept = mask == 1
-    metrics = rollout_correction(engine, trainer, mask, mode, level, cap).metrics
+    metrics = correction_weights(engine, trainer, mask, mode, level, cap).metrics
     assert metrics["tokens"] == kept.sum() and metrics["responses"] == kept.any(1).sum()
     assert metrics["kl_k3"] >= 0.0
     assert 0.0 <= metrics["logp_diff_mean"] <= metrics["logp_diff_max"]
@@ -117,10 +117,10 @@ def test_mismatch_metrics_are_those_of_the_kept_tokens(batch, mode, level, cap):
 @given(batch=batches(), level=levels, cap=caps)
 def test_monitor_weighs_nothing_but_measures_what_truncate_and_mask_would_do(batch, level, cap):
     engine, trainer, mask = batch
-    monitor = rollout_correction(engine, trainer, mask, "monitor", level, cap)
+    monitor = correction_weights(engine, trainer, mask, "monitor", level, cap)
     assert np.all(monitor.weights[mask == 1] == 1.0)
     for mode in ("truncate", "mask"):
-        other = rollout_correction(engine, trainer, mask, mode, level, cap).metrics
+        other = correction_weights(engine, trainer, mask, mode, level, cap).metrics
         same = {k: v for k, v in other.items() if k != "weight_mean"}
         assert same == {k: v for k, v in monitor.metrics.items() if k != "weight_mean"}
 
@@ -129,10 +129,10 @@ def test_a_large_mismatch_is_capped_without_overflow():
     engine = np.array([[-50.0, -1.0, -1.0]])
     trainer = np.array([[-0.1, -1.0, -60.0]])
     mask = np.ones((1, 3))
-    token = rollout_correction(engine, trainer, mask, "truncate", "token", 2.0)
+    token = correction_weights(engine, trainer, mask, "truncate", "token", 2.0)
     np.testing.assert_array_equal(token.weights, [[2.0, 1.0, math.exp(-20)]])
     assert token.metrics["above_cap_share"] == token.metrics["below_floor_share"] == 1 / 3
-    masked = rollout_correction(engine, trainer, mask, "mask", "sequence", 2.0)
+    masked = correction_weights(engine, trainer, mask, "mask", "sequence", 2.0)
     np.testing.assert_array_equal(masked.weights, [[0.0, 0.0, 0.0]])  # Σ d = -10.1
     assert masked.metrics["below_floor_share"] == 1.0 and np.isfinite(masked.metrics["ratio_mean"])
 
@@ -159,4 +159,4 @@ def test_bad_inputs_are_refused_by_name(change, message):
         "cap": 2.0,
     }
     with pytest.raises(ValueError, match=message):
-        rollout_correction(**{**args, **change})
+        correction_weights(**{**args, **change})

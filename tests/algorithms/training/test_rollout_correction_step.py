@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from algorithms.core import rollout_correction
+from algorithms.core import correction_weights
 from algorithms.rollouts import build_rollouts
 from algorithms.training.run_config import RolloutCorrectionSpec
 from algorithms.training.step import correct_rollouts
@@ -60,7 +60,7 @@ def test_own_rollouts_get_the_trainers_logprobs_and_weights_unless_monitoring(mo
     engine = np.array([[-1.0, -2.0, -0.5], [-0.3, -0.1, 0.0]])
     trainer = np.array([[-1.5, -1.0, -0.5], [-0.3, -0.2, 0.0]])
     mask = np.array([[1, 1, 1], [1, 1, 0]])
-    expected = rollout_correction(engine, trainer, mask, mode, "token", 1.5)
+    expected = correction_weights(engine, trainer, mask, mode, "token", 1.5)
     assert metrics == {
         **{f"rollout_correction/{k}": v for k, v in expected.metrics.items()},
         "rollout_correction/retokenised": 2.0,
