@@ -190,9 +190,10 @@ class Trainer:
         corrections = {}
         if self.config.rollout_correction is not None:  # own responses at θ_old, by the trainer
             with timed(timings, "rescoring"):
-                corrections = correct_rollouts(
+                corrected, corrections = correct_rollouts(
                     self.policies, rollouts, self.config.rollout_correction
                 )
+            rollouts.update(corrected)
         with timed(timings, "exchange"):
             exchanged, batches, counts = self._exchange(t, rollouts, timings)
         timings["exchange"] -= timings.get("scoring", 0.0)

@@ -8,6 +8,7 @@ metrics rows (`step_metrics`) and the phase timer (`timed`).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -62,18 +63,24 @@ def correct_rollouts(
     policies: Mapping[str, Policy],
     rollouts: Mapping[str, AgentRollouts],
     spec: RolloutCorrectionSpec,
-) -> dict[str, dict[str, float]]:
+) -> tuple[dict[str, AgentRollouts], dict[str, dict[str, float]]]:
     """The rollout correction of every live agent (`rollout_correction` of the run config):
     its own responses rescored by its policy's `score` at θ_old, before any update, against
-    the log-probs recorded while sampling; unless `spec.mode` is monitor, the trainer's
-    log-probs and the weights are set on its rollouts (`train_logprobs`, `rollout_weights`)
-    for its batch to train on. Returns each agent's `rollout_correction/*` metrics."""
-    return {name: _correct_own(policy, rollouts[name], spec) for name, policy in policies.items()}
+    the log-probs recorded while sampling. Returns each live agent's rollouts, which unless
+    `spec.mode` is monitor carry the trainer's log-probs and the weights (`train_logprobs`,
+    `rollout_weights`) for its batch to train on, and its `rollout_correction/*` metrics."""
+    corrected = {
+        name: _correct_own(policy, rollouts[name], spec) for name, policy in policies.items()
+    }
+    return (
+        {name: own for name, (own, _) in corrected.items()},
+        {name: metrics for name, (_, metrics) in corrected.items()},
+    )
 
 
 def _correct_own(
     policy: Policy, own: AgentRollouts, spec: RolloutCorrectionSpec
-) -> dict[str, float]:
+) -> tuple[AgentRollouts, dict[str, float]]:
     """One agent's correction. `score` tokenises the response text again; a response whose
     tokens come out other than the sampled ones (a non-canonical BPE split, a special token
     the text dropped) has no trainer log-probs for its tokens, so it trains as sampled and is
@@ -99,15 +106,16 @@ def _correct_own(
     engine, mask = _padded([own.logprobs[p][i] for p, i, _ in matched])
     trainer, _ = _padded([logprobs for _, _, logprobs in matched])
     result = correction_weights(engine, trainer, mask, spec.mode, spec.level, spec.cap)
-    if spec.mode != "monitor":
-        own.train_logprobs = [[None] * own.n for _ in own.prompts]
-        own.rollout_weights = [[None] * own.n for _ in own.prompts]
-        for row, (p, i, logprobs) in enumerate(matched):
-            own.train_logprobs[p][i] = np.asarray(logprobs, dtype=np.float64)
-            own.rollout_weights[p][i] = result.weights[row, : len(logprobs)].copy()
     metrics = {f"rollout_correction/{key}": value for key, value in result.metrics.items()}
     metrics["rollout_correction/retokenised"] = float(responses - len(matched))
-    return metrics
+    if spec.mode == "monitor":
+        return own, metrics
+    train: list[list[np.ndarray | None]] = [[None] * own.n for _ in own.prompts]
+    weights: list[list[np.ndarray | None]] = [[None] * own.n for _ in own.prompts]
+    for row, (p, i, logprobs) in enumerate(matched):
+        train[p][i] = np.asarray(logprobs, dtype=np.float64)
+        weights[p][i] = result.weights[row, : len(logprobs)].copy()
+    return dataclasses.replace(own, train_logprobs=train, rollout_weights=weights), metrics
 
 
 def _padded(rows: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

@@ -55,7 +55,8 @@ def rollouts():
 def test_own_rollouts_get_the_trainers_logprobs_and_weights_unless_monitoring(mode):
     policy, own = ScriptedPolicy(), rollouts()
     spec = RolloutCorrectionSpec(mode=mode, cap=1.5)
-    [metrics] = correct_rollouts({"a": policy}, {"a": own}, spec).values()
+    corrected, metrics = correct_rollouts({"a": policy}, {"a": own}, spec)
+    own, [metrics] = corrected["a"], metrics.values()
     assert policy.asked == ["ab", "c", "split"]  # the empty, cut response is never scored
     engine = np.array([[-1.0, -2.0, -0.5], [-0.3, -0.1, 0.0]])
     trainer = np.array([[-1.5, -1.0, -0.5], [-0.3, -0.2, 0.0]])
@@ -77,6 +78,6 @@ def test_own_rollouts_get_the_trainers_logprobs_and_weights_unless_monitoring(mo
 def test_sequence_level_and_the_cap_reach_the_weights():
     own = rollouts()
     spec = RolloutCorrectionSpec(mode="truncate", level="sequence", cap=3.0)
-    correct_rollouts({"a": ScriptedPolicy()}, {"a": own}, spec)
+    own = correct_rollouts({"a": ScriptedPolicy()}, {"a": own}, spec)[0]["a"]
     np.testing.assert_allclose(own.rollout_weights[0][0], [np.exp(0.5)] * 3)  # Σ d = 0.5
     np.testing.assert_allclose(own.rollout_weights[0][1], [np.exp(-0.1)] * 2)
