@@ -8,22 +8,20 @@ what it saw. The split functions are checked by property tests (fast, by default
 
 from __future__ import annotations
 
-import dataclasses
-from pathlib import Path
-
 import numpy as np
 import pytest
+from group_runs import (
+    TWO_RANK_OPTIONS,
+    assert_weights_within_adam_noise,
+    comparable,
+    group_config,
+    train,
+)
 from hypothesis import given
 from hypothesis import strategies as st
-from run_configs import small_config
 
 from algorithms.training.ray.split import block_seed, prompt_blocks, rank_spans, row_chunks
-from algorithms.training.run_config import AgentSpec
 from graft_env.policies.micro_batches import fixed_size, padded_size, token_budget
-from graft_env.types import TrainBatch, TrainSequence
-
-# every metric but timings and padding_share (1 and 2 ranks run different forwards)
-UNCOMPARED = ("time/", "padding_share")
 
 
 @given(st.integers(0, 200), st.integers(1, 9))
@@ -58,11 +56,6 @@ def test_rank_spans_give_every_rank_as_many_micro_batches_and_every_row_once(row
         assert all(len(span) == size for mine in per_rank for span in mine)
 
 
-# the 2-rank runs form micro-batches by token budget and compute log-probs 64 positions at
-# a time (rows are ~90 prompt + <= 64 response tokens); the 1-rank run by rows, in one pass
-TWO_RANK_OPTIONS = {"max_tokens_per_micro_batch": 400, "logits_chunk_tokens": 64}
-
-
 @given(
     st.lists(st.tuples(st.integers(1, 30), st.integers(1, 30)), min_size=1, max_size=40),
     st.integers(60, 200),
@@ -80,73 +73,6 @@ def test_rank_spans_of_token_budget_micro_batches_keep_the_budget(lengths, budge
     if len(spans) <= len(lengths) // world * world:  # no merge needed: only halving
         for span in (span for mine in per_rank for span in mine):
             assert padded_size(span, prompts, responses) <= budget
-
-
-def group_config(run_dir: Path, paths, ranks: int, steps: int, options=None):
-    config = small_config(
-        run_dir,
-        "graft",
-        backend="ray",
-        steps=steps,
-        ray={
-            "num_cpus": 4,
-            "num_cpus_per_agent": ranks,
-            "torch_threads": 1,
-            "ranks_per_agent": ranks,
-            "placement_timeout_s": 60,
-        },
-    )
-    options = {"lr": 1e-3, "generation_batch_size": 8, **(options or {})}
-    agents = tuple(AgentSpec(a.name, str(paths[a.name]), options) for a in config.agents)
-    return dataclasses.replace(config, agents=agents)
-
-
-def probe_batch(agent: str) -> TrainBatch:
-    """A fixed minibatch of 10 rows over 3 prompts, responses of 3-40 tokens."""
-    rng = np.random.default_rng(7)
-    prompts = ["What is 2 + 3?", "What is 17 - 9?", "Compute 6 * 7."]
-    lengths = rng.integers(3, 41, 10)
-    sequences = [
-        TrainSequence(
-            prompt_index=j % 3,
-            response_token_ids=rng.integers(5, 60, int(length)).tolist(),
-            old_logprobs=np.full(int(length), -3.0, dtype=np.float32),
-            advantage=float(rng.choice([-1.0, 1.0])),
-        )
-        for j, length in enumerate(lengths)
-    ]
-    return TrainBatch(agent, prompts, sequences, [list(range(10))])
-
-
-@dataclasses.dataclass
-class Run:
-    rows: list
-    weights: dict
-    placement: dict
-    gradients: dict
-    ran: list  # the steps this Trainer ran (a resumed one: those after its checkpoint)
-
-
-def train(config, probe: bool = False) -> Run:
-    """Train `config` to its end; with `probe`, first the gradients of `probe_batch` at
-    the initial weights (no step taken)."""
-    from algorithms.training.loop import Trainer
-
-    trainer = Trainer(config)
-    policies = trainer.policies
-    gradients = {n: p.gradients(probe_batch(n)) for n, p in policies.items()} if probe else {}
-    ran = []
-    rows = trainer.train(on_step=lambda record: ran.append(record.step))
-    run = Run(
-        rows,
-        {name: p.state_dict() for name, p in policies.items()},
-        {name: p.placement for name, p in policies.items()},
-        gradients,
-        ran,
-    )
-    for policy in policies.values():
-        policy.group.shutdown()
-    return run
 
 
 @pytest.fixture(scope="module")
@@ -172,10 +98,6 @@ def scenario(tmp_path_factory, tiny_pair_paths):
     resumed = train(resumed_config)
     yield {"one": one, "two": two, "resumed": resumed, "failure": failure.value}
     ray.shutdown()
-
-
-def comparable(rows):
-    return [{k: v for k, v in r.items() if not k.startswith(UNCOMPARED)} for r in rows]
 
 
 @pytest.mark.slow
@@ -212,15 +134,7 @@ def test_two_ranks_give_the_gradients_of_one_rank(scenario):
 def test_two_ranks_give_the_weights_of_one_rank(scenario):
     """Adam divides by sqrt(v): where a gradient is ~0, float-order noise moves a weight by
     up to lr per step, so the test bounds each tensor's change, not single elements."""
-    one, two = scenario["one"].weights, scenario["two"].weights
-    for agent, weights in one.items():
-        assert sorted(two[agent]) == sorted(weights)
-        worst = max(float(np.abs(two[agent][k] - v).max()) for k, v in weights.items())
-        print(f"{agent}: weights max |diff| {worst:.2e}")
-        for key, value in weights.items():
-            difference = np.abs(two[agent][key] - value)
-            assert np.median(difference) <= 1e-5, (agent, key)
-            assert difference.max() <= 3 * 2 * 1e-3, (agent, key)
+    assert_weights_within_adam_noise(scenario["one"].weights, scenario["two"].weights)
 
 
 @pytest.mark.slow
