@@ -12,12 +12,14 @@ memory when sharded, and the table `graft plan` prints.
 
 Assumptions A1-A11 were written down before any number was computed (ca88099); the estimate
 is what comes out of them. They have been amended since, each amendment recorded below with
-the figures it moved (pair 1 = configs/paper_smollm3_qwen3_1node.yaml, `graft plan ...
---gpus 4`, 4 x H200 / 4 x H100-80GB):
+the figures it moved (pair 1 = configs/paper_smollm3_qwen3.yaml, the worker-group file, named
+paper_smollm3_qwen3_1node.yaml when these were written, `graft plan ... --gpus 4`, 4 x H200 /
+4 x H100-80GB; the local-backend file was then paper_smollm3_qwen3.yaml, now
+paper_smollm3_qwen3_local.yaml):
 
 - 8ec41df, after seeing the output: A11 had every backend's agents run rollout, update and
   sync at once; the local backend (every policy in the driver) runs them one after the
-  other. Moved: the local-backend figures only (paper_smollm3_qwen3.yaml on 4 x H200: 65 min
+  other. Moved: the local-backend figures only (paper_smollm3_qwen3_local.yaml on 4 x H200: 65 min
   eager / 10.4 min vLLM per step, shown before as the slower agent's). Pair 1's worker-group
   figures did not move (Ray backend: agents at once, as before).
 - After the review of ca88099-341e35c (its findings 4, 5, 6, 8), numbers as above:
@@ -28,7 +30,7 @@ the figures it moved (pair 1 = configs/paper_smollm3_qwen3_1node.yaml, `graft pl
   `vllm_kv_cache_gib`), not the GPU's leftover: KV free 117.0 / 125.8 -> 65.6 / 66.9 GiB
   (H200), 56.0 / 64.8 -> 35.1 / 36.4 GiB (H100); memory per GPU while sampling 44.4 /
   48.0 GiB on either GPU -> 87.7 / 80.1 GiB (H200), 57.2 / 49.6 GiB (H100). Pair 1
-  needs at most 15.4 / 24.0 GiB of KV per GPU: no stretch. paper_smollm3_qwen3.yaml (local
+  needs at most 15.4 / 24.0 GiB of KV per GPU: no stretch. paper_smollm3_qwen3_local.yaml (local
   backend, samples with transformers) keeps the default 1 GiB `vllm_kv_cache_gib`, so its
   vLLM alternative now stretches: 10.4 -> 93 min per step on 4 x H200.
   A5: continuous batching over `vllm_max_num_seqs` = 256 slots (was: every row at once):

@@ -38,7 +38,7 @@ measured 122 TFLOP/s, not measured here): about 4 minutes, mostly the two paper-
 (~45-50 s each) and the ~27 GB checkpoint written and read. Needs torch, transformers and the
 project's pure-Python dependencies; no vLLM, no Ray (with Ray installed the rank's own
 `RankWorker` methods run; without it `DirectRank`), no download. The policy options are the
-Qwen3 agent's of configs/paper_smollm3_qwen3_1node.yaml (`options_for`: only the device, the
+Qwen3 agent's of configs/paper_smollm3_qwen3.yaml (`options_for`: only the device, the
 micro-batch budget, the logits chunk, transformers sampling and local files are set here).
 
 Results go to `--out`: results.json and summary.txt, written before every stage (the stage
@@ -124,7 +124,7 @@ SMOKE = Size(
 )
 
 
-PAPER_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "paper_smollm3_qwen3_1node.yaml"
+PAPER_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "paper_smollm3_qwen3.yaml"
 PAPER_AGENT = "qwen3-1.7b"
 NOT_HERE = ("rollout_backend", "local_files_only")
 """Options this script sets itself: the trainer samples (no vLLM here), no download."""

@@ -129,7 +129,7 @@ def test_a_ranks_share_of_the_trainer_divides_only_the_sharded_state():
 def test_the_paper_worker_group_configs_derive_their_engines():
     """Both paper worker-group files as written: TP 2, sleep mode, the prompt + response
     limit, and KV for many sequences on an H200."""
-    for name in ("paper_smollm3_qwen3_1node.yaml", "paper_smollm3_qwen3_2node.yaml"):
+    for name in ("paper_smollm3_qwen3.yaml", "paper_smollm3_qwen3_2node.yaml"):
         config = load_config(REPO / "configs" / name)
         work = mp.run_workload(config, 1024)
         for index, agent in enumerate(config.agents):

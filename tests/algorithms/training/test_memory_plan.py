@@ -78,7 +78,7 @@ def test_checkpointing_saves_activations():
 
 
 def test_an_oversized_config_is_refused_in_one_line_naming_the_knob(capsys):
-    config = REPO / "configs" / "paper_smollm3_qwen3.yaml"
+    config = REPO / "configs" / "paper_smollm3_qwen3_local.yaml"
     argv = ["plan", str(config), "--gpu-memory", "80", "--gpus", "4"]
     budget = "agents.1.options.max_tokens_per_micro_batch=524288"
     assert cli.main([*argv, "--set", budget]) == 2
@@ -92,7 +92,7 @@ def test_an_oversized_config_is_refused_in_one_line_naming_the_knob(capsys):
 
 
 def test_a_budget_below_one_row_is_refused_naming_it(capsys):
-    config = REPO / "configs" / "paper_smollm3_qwen3.yaml"
+    config = REPO / "configs" / "paper_smollm3_qwen3_local.yaml"
     small = "agents.0.options.max_tokens_per_micro_batch=4500"  # > max_new_tokens, < one row
     assert cli.main(["plan", str(config), "--gpu-memory", "141", "--set", small]) == 2
     error = capsys.readouterr().err
@@ -101,7 +101,7 @@ def test_a_budget_below_one_row_is_refused_naming_it(capsys):
 
 def test_without_a_gpu_plan_asks_for_its_memory(capsys, monkeypatch):
     monkeypatch.setattr(mp, "found_gpus", lambda: (0.0, 0))
-    config = REPO / "configs" / "paper_smollm3_qwen3.yaml"
+    config = REPO / "configs" / "paper_smollm3_qwen3_local.yaml"
     assert cli.main(["plan", str(config)]) == 2
     assert "--gpu-memory: no GPU found" in capsys.readouterr().err
     assert mp.check_before_launch(load_config(config)) == []  # graft train on CPU: no check
@@ -127,7 +127,7 @@ def test_ray_actors_without_gpus_are_not_planned_on_a_gpu_machine():
 def test_plan_estimates_the_step_of_the_paper_layout(gib, capsys):
     """`graft plan` on the 1-node worker-group config: the per-phase step estimate with both
     rollout backends, its target line, and each agent's memory per GPU sharded over 2 GPUs."""
-    config = REPO / "configs" / "paper_smollm3_qwen3_1node.yaml"
+    config = REPO / "configs" / "paper_smollm3_qwen3.yaml"
     assert cli.main(["plan", str(config), "--gpu-memory", str(gib), "--gpus", "4"]) == 0
     out = capsys.readouterr().out
     kind = "h200" if gib == 141 else "h100-80gb"
@@ -149,7 +149,7 @@ def test_plan_estimates_the_step_of_the_paper_layout(gib, capsys):
 def test_plan_shards_the_state_only_for_worker_groups(capsys):
     """One actor per agent (no ray.ranks_per_agent): each agent computes on 1 GPU, unsharded,
     and the step takes the slower agent; the local backend's agents take turns (longer)."""
-    config = str(REPO / "configs" / "paper_smollm3_qwen3_1node.yaml")
+    config = str(REPO / "configs" / "paper_smollm3_qwen3.yaml")
     argv = ["plan", config, "--gpu-memory", "141", "--gpus", "4"]
     totals = {}
     for backend in ("ray", "local"):
@@ -172,7 +172,7 @@ def test_plan_sizes_the_vllm_engine_from_its_gpu_memory_share(capsys):
     """The engine preallocates `vllm_gpu_memory_utilization` x the GPU whatever the rows (A5):
     0.3 instead of the shipped 0.5 lowers both the memory while sampling and the KV space by
     0.2 x 141 GiB per GPU; a fixed `vllm_kv_cache_gib` is the KV space itself."""
-    config = str(REPO / "configs" / "paper_smollm3_qwen3_1node.yaml")
+    config = str(REPO / "configs" / "paper_smollm3_qwen3.yaml")
     argv = ["plan", config, "--gpu-memory", "141", "--gpus", "4"]
     columns = {}
     for name, value in (("gpu_memory_utilization", 0.5), ("gpu_memory_utilization", 0.3),

@@ -1,4 +1,4 @@
-"""configs/paper_smollm3_qwen3_1node.yaml as shipped, on CPU: 2 GRAFT steps of shrunk models
+"""configs/paper_smollm3_qwen3.yaml as shipped, on CPU: 2 GRAFT steps of shrunk models
 through the real Trainer and the real worker-group code (issue 28, "Done when").
 
 The config is read with `load_config` and changed only by the `--set` overrides a user
@@ -33,7 +33,7 @@ from algorithms.training.ray.options import check_agent_devices, parse_ray_optio
 from algorithms.training.ray.placement import rank_bundle, split_group_options
 from algorithms.training.run_config import load_config
 
-CONFIG = Path(__file__).resolve().parents[3] / "configs" / "paper_smollm3_qwen3_1node.yaml"
+CONFIG = Path(__file__).resolve().parents[3] / "configs" / "paper_smollm3_qwen3.yaml"
 ARCHITECTURES = ("smollm3", "qwen3")  # agents 0 and 1 of the config, in order
 SIZES = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4)
 """The shrunk width and depth. 4 layers, not 2: SmolLM3's every 4th layer is its NoPE layer

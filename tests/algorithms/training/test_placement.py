@@ -3,7 +3,7 @@
 The paper configs' layouts are reserved with bare actors (`placement.Placed`) through the
 same placement code a run uses, and their placement map is checked: which agent, rank,
 bundle, node, GPU id and CUDA_VISIBLE_DEVICES. One 4-GPU node (`ray.init(num_gpus=4)`)
-for paper_smollm3_qwen3_1node.yaml, two nodes of 2 GPUs (`ray.cluster_utils.Cluster`) for
+for paper_smollm3_qwen3.yaml, two nodes of 2 GPUs (`ray.cluster_utils.Cluster`) for
 paper_smollm3_qwen3_2node.yaml.
 """
 
@@ -29,7 +29,7 @@ from algorithms.training.ray.placement import (
 from algorithms.training.run_config import load_config
 
 CONFIGS = Path(__file__).resolve().parents[3] / "configs"
-ONE_NODE, TWO_NODES = "paper_smollm3_qwen3_1node.yaml", "paper_smollm3_qwen3_2node.yaml"
+ONE_NODE, TWO_NODES = "paper_smollm3_qwen3.yaml", "paper_smollm3_qwen3_2node.yaml"
 AGENTS = ["smollm3-3b", "qwen3-1.7b"]
 
 
