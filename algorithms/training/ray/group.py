@@ -38,7 +38,7 @@ from algorithms.training.ray.engine_settings import EngineSettings, engine_optio
 from algorithms.training.ray.options import RayOptions
 from algorithms.training.ray.placement import (
     GroupLayout,
-    rank_bundle,
+    group_needs,
     reserve_groups,
     start_actors,
 )
@@ -118,10 +118,9 @@ def make_group_policies(
 ) -> dict[str, GroupPolicy]:
     """Every agent as a set-up worker group of `layout.ranks` ranks; returns their proxies."""
     engines = check_group_agents(config, layout.ranks)
-    bundle = rank_bundle(options, layout.ranks)
+    needs = group_needs(options, layout, len(config.agents))  # ConfigError before the cluster
     algorithm = algorithms.make(config.algorithm, **config.algorithm_options)
-    ranks = layout.ranks * len(config.agents)
-    connect(options, {key: amount * ranks for key, amount in bundle.items()})
+    connect(options, needs)
     names = [agent.name for agent in config.agents]
     groups = reserve_groups(options, layout, names)
     threads = rank_threads(options, layout.ranks)

@@ -14,7 +14,9 @@ no Ray strategy says "agents apart": the option is named by the layout it guaran
 Ray assigned and the rank's `CUDA_VISIBLE_DEVICES`. `python -m
 algorithms.training.ray.placement CONFIG [--address ADDR]` reserves a config's layout on
 a cluster with bare actors (`Placed`, no model loaded), prints the map and releases it:
-a check of the layout before a run.
+a check of the layout before a run. It connects as a run does, with the layout's needs
+(`group_needs`): a local cluster too small for them in all fails at once, naming the
+shortfall; a cluster that cannot place the layout fails after `ray.placement_timeout_s`.
 
 The worker-group keys are read from the raw `ray:` mapping here (`split_group_options`)
 until `ray.options`' typed schema declares them.
@@ -87,6 +89,13 @@ def rank_bundle(options: RayOptions, ranks: int) -> dict[str, float]:
     if gpus:
         bundle["GPU"] = 1.0
     return bundle
+
+
+def group_needs(options: RayOptions, layout: GroupLayout, agents: int) -> dict[str, float]:
+    """What `agents` worker groups hold in all (resource -> amount), every rank's bundle:
+    the needs `connect` checks a private local cluster against before anything waits."""
+    bundle = rank_bundle(options, layout.ranks)
+    return {key: amount * layout.ranks * agents for key, amount in bundle.items()}
 
 
 def _request(options: RayOptions, name: str, ranks: int, avoid: Sequence[str]) -> PlacementGroup:
@@ -249,8 +258,12 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
         section = {k: v for k, v in section.items() if k not in ("num_cpus", "num_gpus")}
         section["address"] = args.address
     options = parse_ray_options(section)
-    connect(options)
-    rows = check_placement(options, layout, [agent.name for agent in config.agents])
+    names = [agent.name for agent in config.agents]
+    try:
+        connect(options, group_needs(options, layout, len(names)))  # as a run does
+        rows = check_placement(options, layout, names)
+    except ClusterError as error:
+        raise SystemExit(f"{args.config}: {error}") from None
     for row in rows:
         print(json.dumps({k: row[k] for k in row if k != "resources"}))
     return rows

@@ -4,7 +4,8 @@ The paper configs' layouts are reserved with bare actors (`placement.Placed`) th
 same placement code a run uses, and their placement map is checked: which agent, rank,
 bundle, node, GPU id and CUDA_VISIBLE_DEVICES. One 4-GPU node (`ray.init(num_gpus=4)`)
 for paper_smollm3_qwen3.yaml, two nodes of 2 GPUs (`ray.cluster_utils.Cluster`) for
-paper_smollm3_qwen3_2node.yaml.
+paper_smollm3_qwen3_2node.yaml. The CLI (`placement.main`) on a local cluster too small for
+paper_smollm3_qwen3.yaml fails at once, as a run does.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from algorithms.training.ray.placement import (
     ClusterError,
     GroupLayout,
     check_placement,
+    main,
     rank_bundle,
     split_group_options,
 )
@@ -127,3 +129,24 @@ def test_two_nodes_of_2_gpus_hold_one_agent_each(two_nodes_2_gpus):
     assert len(set.union(*nodes.values())) == 2, "one node per agent"
     for ranks in by_agent(rows).values():
         assert sorted(r["gpu_ids"][0] for r in ranks) == ["0", "1"]
+
+
+def test_the_cli_on_a_local_cluster_too_small_fails_at_once_naming_the_shortfall(tmp_path):
+    """`python -m algorithms.training.ray.placement` checks the local cluster it starts
+    against the layout's needs, as a run does, instead of waiting placement_timeout_s."""
+    ray.shutdown()  # the CLI starts its own cluster
+    text = (CONFIGS / ONE_NODE).read_text()
+    timeout = "  placement_timeout_s: 600\n"
+    assert text.count(timeout) == 1
+    small = tmp_path / ONE_NODE  # 2 fake GPUs for 2 agents x 2 ranks of one GPU each
+    small.write_text(  # a 60 s timeout, so the 30 s bound below tells "at once" from "waited"
+        text.replace(timeout, "  placement_timeout_s: 60\n  num_cpus: 16\n  num_gpus: 2\n")
+    )
+    started = time.monotonic()
+    try:
+        with pytest.raises(SystemExit, match=r"needs 4 GPU \(the cluster has 2\) on the local"):
+            main([str(small)])
+        assert time.monotonic() - started < 30, "it waited for the placement timeout"
+        assert not ray.is_initialized()
+    finally:
+        ray.shutdown()
