@@ -4,10 +4,13 @@ through the real Trainer and the real worker-group code (issue 28, "Done when").
 The config is read with `load_config` and changed only by the `--set` overrides a user
 would pass (`cpu_overrides`, each with its reason): random-weight SmolLM3 and Qwen3 of the
 real vocabularies and layer types (`benchmarks.perf.random_models`, hidden 64, written to
-tmp_path) in place of the hub names, CPU and float32, a small batch, 2 steps. Each agent is
-the config's worker group of 2 ranks (4 Ray actors, gloo, FSDP2). The run is interrupted
-after step 1 and resumed by a new Trainer from its checkpoint, so the 2 steps span two
-Trainers. Only what holds by construction is asserted, nothing about the weights' values.
+tmp_path) in place of the hub names, CPU and float32, a small batch, 2 steps, a checkpoint
+after each. Each agent is the config's worker group of 2 ranks (4 Ray actors, gloo, FSDP2).
+By default one Trainer runs both steps (start, generate, the sharded update, DCP
+checkpoints): its rows, placement and checkpoint files are checked. Slow: a run is
+interrupted after step 1 and resumed by a new Trainer from its checkpoint, so the 2 steps
+span two Trainers. Only what holds by construction is asserted, nothing about the weights'
+values.
 
 The local Ray cluster has the paper node's 4 GPUs as fake resources (`ray.num_gpus: 4`), so
 each rank reserves the paper's bundle (4 CPUs, 1 GPU) and gets its own GPU id and
@@ -110,50 +113,82 @@ def placement_rows(policies) -> list[dict]:
     return [{**row, **setup} for row, setup in zip(rows, setups, strict=True)]
 
 
-@pytest.fixture(scope="module")
-def run(shrunk_models, tmp_path_factory, data_dir):
-    import ray
+def shut_down(trainer) -> None:
+    """Every actor of the run killed and its resources freed (`ActorGroup.shutdown`)."""
+    next(iter(trainer.policies.values())).group.shutdown()  # one ActorGroup for the run
 
+
+def two_steps(config, started: float) -> dict:
+    """One Trainer runs both steps: its rows, the steps it ran, where its ranks ran."""
     from algorithms.training.loop import Trainer
 
-    try:  # the 4-actor cluster goes down also when setup or training fails
-        started = time.perf_counter()
-        run_dir = tmp_path_factory.mktemp("paper") / "run"
+    trainer = Trainer(config, paper_policies(config))
+    print(f"Trainer up (Ray + 4 ranks) at {time.perf_counter() - started:.0f} s")
+    placement = placement_rows(trainer.policies)
+    for row in placement:
+        print({k: row[k] for k in ("agent", "rank", "bundle", "gpu_ids", "cuda_visible_devices")})
+    ran = []
+    rows = trainer.train(on_step=lambda record: ran.append(record.step))
+    shut_down(trainer)
+    print(f"2 steps done, actors shut down at {time.perf_counter() - started:.0f} s")
+    return {"rows": rows, "ran": ran, "placement": placement}
+
+
+def interrupted_and_resumed(config, started: float) -> dict:
+    """A Trainer stopped after step 1, then a new one resumed from its checkpoint: the
+    second's rows, steps and placement, and the checkpoints the first left."""
+    from algorithms.training.loop import Trainer
+
+    first = Trainer(config, paper_policies(config))
+    print(f"first Trainer up (Ray + 4 ranks) at {time.perf_counter() - started:.0f} s")
+
+    def stop_after_step_1(record):
+        raise Interrupted(record.step)
+
+    with pytest.raises(Interrupted):
+        first.train(on_step=stop_after_step_1)
+    shut_down(first)
+    checkpoints = sorted(p.name for p in (Path(config.run_dir) / "checkpoints").iterdir())
+    print(f"step 1 done, actors shut down at {time.perf_counter() - started:.0f} s")
+    resumed = Trainer(config, paper_policies(config))
+    print(f"resumed Trainer up at {time.perf_counter() - started:.0f} s")
+    ran = []
+    rows = resumed.train(on_step=lambda record: ran.append(record.step))
+    placement = placement_rows(resumed.policies)
+    shut_down(resumed)
+    print(f"step 2 done at {time.perf_counter() - started:.0f} s")
+    return {
+        "rows": rows,
+        "ran": ran,
+        "placement": placement,
+        "checkpoints_after_step_1": checkpoints,
+    }
+
+
+def paper_run(how, shrunk_models, run_dir: Path, data_dir: Path) -> dict:
+    """`how(config, started)` on the shrunk config, with the config and `run_dir` added;
+    its Ray cluster goes down after it, also when setup or training fails (so the next run
+    starts a cluster of its own)."""
+    import ray
+
+    started = time.perf_counter()
+    try:
         config = load_config(CONFIG, cpu_overrides(shrunk_models, run_dir, data_dir))
-        first = Trainer(config, paper_policies(config))
-        print(f"first Trainer up (Ray + 4 ranks) at {time.perf_counter() - started:.0f} s")
-        placement = placement_rows(first.policies)
-        for row in placement:
-            print(
-                {k: row[k] for k in ("agent", "rank", "bundle", "gpu_ids", "cuda_visible_devices")}
-            )
-
-        def stop_after_step_1(record):
-            raise Interrupted(record.step)
-
-        with pytest.raises(Interrupted):
-            first.train(on_step=stop_after_step_1)
-        next(iter(first.policies.values())).group.shutdown()  # one ActorGroup for the run
-        checkpoints = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
-        print(f"step 1 done, actors shut down at {time.perf_counter() - started:.0f} s")
-        resumed = Trainer(config, paper_policies(config))
-        print(f"resumed Trainer up at {time.perf_counter() - started:.0f} s")
-        ran = []
-        rows = resumed.train(on_step=lambda record: ran.append(record.step))
-        resumed_placement = placement_rows(resumed.policies)
-        next(iter(resumed.policies.values())).group.shutdown()
-        print(f"step 2 done at {time.perf_counter() - started:.0f} s")
-        yield {
-            "config": config,
-            "run_dir": run_dir,
-            "rows": rows,
-            "ran": ran,
-            "placement": placement,
-            "resumed_placement": resumed_placement,
-            "checkpoints_after_step_1": checkpoints,
-        }
+        return {**how(config, started), "config": config, "run_dir": run_dir}
     finally:
         ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def run(shrunk_models, tmp_path_factory, data_dir) -> dict:
+    run_dir = tmp_path_factory.mktemp("paper") / "run"
+    return paper_run(two_steps, shrunk_models, run_dir, data_dir)
+
+
+@pytest.fixture(scope="module")
+def resumed(shrunk_models, tmp_path_factory, data_dir) -> dict:
+    run_dir = tmp_path_factory.mktemp("paper-resumed") / "run"
+    return paper_run(interrupted_and_resumed, shrunk_models, run_dir, data_dir)
 
 
 def test_the_overrides_leave_the_paper_layout(shrunk_models, tmp_path, data_dir):
@@ -191,8 +226,7 @@ def agent_dirs(run) -> list[Path]:
     return [step / a.name for step in sorted(checkpoints.iterdir()) for a in run["config"].agents]
 
 
-@pytest.mark.slow
-def test_two_metrics_rows_per_agent_of_the_configs_algorithm(run):
+def assert_two_rows_per_agent_of_the_configs_algorithm(run) -> None:
     config, rows = run["config"], run["rows"]
     names = [agent.name for agent in config.agents]
     assert [(r["step"], r["agent"]) for r in rows] == [
@@ -207,30 +241,26 @@ def test_two_metrics_rows_per_agent_of_the_configs_algorithm(run):
         assert row["lr"] == 1e-6 and row["minibatches"] == 4.0
 
 
-@pytest.mark.slow
-def test_each_agent_is_two_gloo_ranks_in_its_own_placement_group(run):
-    agents = [a.name for a in run["config"].agents]
-    for placement in (run["placement"], run["resumed_placement"]):
-        assert [(r["agent"], r["rank"], r["bundle"]) for r in placement] == [
-            (agent, rank, rank) for agent in agents for rank in (0, 1)
-        ]
-        for agent in agents:
-            ranks = [r for r in placement if r["agent"] == agent]
-            assert len({r["placement_group_id"] for r in ranks}) == 1
-            assert len({r["node_id"] for r in ranks}) == 1, "PACK: an agent's ranks on one node"
-        assert len({r["placement_group_id"] for r in placement}) == 2, "a group per agent"
-        for row in placement:
-            assert row["backend"] == "gloo" and row["device"] == "cpu"
-            assert row["torch_threads"] == 1
-            assert row["resources"] == {"CPU": 4.0, "GPU": 1.0}
-            assert len(row["gpu_ids"]) == 1 and row["cuda_visible_devices"] == row["gpu_ids"][0]
-        gpus = sorted(row["gpu_ids"][0] for row in placement)
-        assert gpus == ["0", "1", "2", "3"], "the node's 4 GPUs, one per rank"
+def assert_two_gloo_ranks_per_agent_in_its_own_placement_group(run) -> None:
+    agents, placement = [a.name for a in run["config"].agents], run["placement"]
+    assert [(r["agent"], r["rank"], r["bundle"]) for r in placement] == [
+        (agent, rank, rank) for agent in agents for rank in (0, 1)
+    ]
+    for agent in agents:
+        ranks = [r for r in placement if r["agent"] == agent]
+        assert len({r["placement_group_id"] for r in ranks}) == 1
+        assert len({r["node_id"] for r in ranks}) == 1, "PACK: an agent's ranks on one node"
+    assert len({r["placement_group_id"] for r in placement}) == 2, "a group per agent"
+    for row in placement:
+        assert row["backend"] == "gloo" and row["device"] == "cpu"
+        assert row["torch_threads"] == 1
+        assert row["resources"] == {"CPU": 4.0, "GPU": 1.0}
+        assert len(row["gpu_ids"]) == 1 and row["cuda_visible_devices"] == row["gpu_ids"][0]
+    gpus = sorted(row["gpu_ids"][0] for row in placement)
+    assert gpus == ["0", "1", "2", "3"], "the node's 4 GPUs, one per rank"
 
 
-@pytest.mark.slow
-def test_checkpoints_are_dcp_shards_per_rank_and_an_hf_export(run):
-    assert run["checkpoints_after_step_1"] == ["step_000001"]
+def assert_dcp_shards_per_rank_and_an_hf_export(run) -> None:
     checkpoints = run["run_dir"] / "checkpoints"
     assert sorted(p.name for p in checkpoints.iterdir()) == ["step_000001", "step_000002"]
     for directory in agent_dirs(run):
@@ -249,7 +279,26 @@ def test_checkpoints_are_dcp_shards_per_rank_and_an_hf_export(run):
         assert json.loads((directory / "graft_policy.json").read_text())["ranks"] == 2
 
 
+def test_two_metrics_rows_per_agent_of_the_configs_algorithm(run):
+    assert run["ran"] == [0, 1]
+    assert_two_rows_per_agent_of_the_configs_algorithm(run)
+
+
+def test_each_agent_is_two_gloo_ranks_in_its_own_placement_group(run):
+    assert_two_gloo_ranks_per_agent_in_its_own_placement_group(run)
+
+
+def test_checkpoints_are_dcp_shards_per_rank_and_an_hf_export(run):
+    assert_dcp_shards_per_rank_and_an_hf_export(run)
+
+
 @pytest.mark.slow
-def test_the_resumed_run_continues_from_step_1(run):
-    assert run["ran"] == [1], "the second Trainer ran the second step only, from step_000001"
-    assert [r["step"] for r in run["rows"]] == [0, 0, 1, 1], "the first step's rows kept"
+def test_the_resumed_run_continues_from_step_1(resumed):
+    """The first Trainer left step 1's checkpoint; the second ran step 2 only, from it, on
+    ranks placed as the first's, and wrote step 2's checkpoint as the first wrote step 1's."""
+    assert resumed["checkpoints_after_step_1"] == ["step_000001"]
+    assert resumed["ran"] == [1], "the second Trainer ran the second step only"
+    assert [r["step"] for r in resumed["rows"]] == [0, 0, 1, 1], "the first step's rows kept"
+    assert_two_rows_per_agent_of_the_configs_algorithm(resumed)
+    assert_two_gloo_ranks_per_agent_in_its_own_placement_group(resumed)
+    assert_dcp_shards_per_rank_and_an_hf_export(resumed)

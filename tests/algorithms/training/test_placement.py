@@ -139,14 +139,16 @@ def test_the_cli_on_a_local_cluster_too_small_fails_at_once_naming_the_shortfall
     timeout = "  placement_timeout_s: 600\n"
     assert text.count(timeout) == 1
     small = tmp_path / ONE_NODE  # 2 fake GPUs for 2 agents x 2 ranks of one GPU each
-    small.write_text(  # a 60 s timeout, so the 30 s bound below tells "at once" from "waited"
+    # No wall-clock bound (starting the local cluster alone takes 12-14 s on a loaded
+    # machine): the message is `connect`'s capacity check, which runs before any wait; a
+    # CLI that waited would fail with the placement timeout's message instead, after 60 s
+    # rather than the shipped 600
+    small.write_text(
         text.replace(timeout, "  placement_timeout_s: 60\n  num_cpus: 16\n  num_gpus: 2\n")
     )
-    started = time.monotonic()
     try:
         with pytest.raises(SystemExit, match=r"needs 4 GPU \(the cluster has 2\) on the local"):
             main([str(small)])
-        assert time.monotonic() - started < 30, "it waited for the placement timeout"
         assert not ray.is_initialized()
     finally:
         ray.shutdown()
