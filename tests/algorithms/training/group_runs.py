@@ -7,12 +7,17 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from run_configs import small_config
 
-from algorithms.training.run_config import AgentSpec
+from algorithms.training.run_config import AgentSpec, TrainConfig
 from graft_env.types import TrainBatch, TrainSequence
+
+if TYPE_CHECKING:
+    from algorithms.training.step import StepRecord
+    from graft_env.policies import Policy
 
 # every metric but timings and padding_share (1 and 2 ranks run different forwards)
 UNCOMPARED = ("time/", "padding_share")
@@ -23,10 +28,17 @@ TWO_RANK_OPTIONS = {"max_tokens_per_micro_batch": 400, "logits_chunk_tokens": 64
 
 
 def group_config(
-    run_dir: Path, paths, ranks: int, steps: int, options=None, algorithm_options=None, **extra
-):
-    """GRAFT on the tiny pair, `ranks` ranks per agent; `options` go to every agent,
-    `algorithm_options` and `extra` (e.g. `rollout_correction`) to `small_config`."""
+    run_dir: Path,
+    paths: Mapping[str, Path],
+    ranks: int,
+    steps: int,
+    agent_options: Mapping[str, Any] | None = None,
+    algorithm_options: Mapping[str, Any] | None = None,
+    **extra: Any,
+) -> TrainConfig:
+    """GRAFT on the tiny pair (`paths`: each member's folder), `ranks` ranks per agent;
+    `agent_options` go to every agent, `algorithm_options` (small_config's `options`) and
+    `extra` (e.g. `rollout_correction`) to `small_config`."""
     config = small_config(
         run_dir,
         "graft",
@@ -42,7 +54,7 @@ def group_config(
         options=dict(algorithm_options or {}),
         **extra,
     )
-    options = {"lr": 1e-3, "generation_batch_size": 8, **(options or {})}
+    options = {"lr": 1e-3, "generation_batch_size": 8, **(agent_options or {})}
     agents = tuple(AgentSpec(a.name, str(paths[a.name]), options) for a in config.agents)
     return dataclasses.replace(config, agents=agents)
 
@@ -66,15 +78,17 @@ def probe_batch(agent: str) -> TrainBatch:
 
 @dataclasses.dataclass
 class Run:
-    rows: list
-    weights: dict
-    placement: dict
-    gradients: dict
-    ran: list  # the steps this Trainer ran (a resumed one: those after its checkpoint)
-    records: list = dataclasses.field(default_factory=list)  # their StepRecords
+    rows: list[dict]  # the metrics rows
+    weights: dict[str, dict[str, np.ndarray]]  # each agent's full weights at the end
+    placement: dict[str, list[dict]]  # each agent's ranks' `setup` reports
+    gradients: dict[str, tuple[float, dict[str, np.ndarray]]]  # `probe`'s, by agent
+    ran: list[int]  # the steps this Trainer ran (a resumed one: those after its checkpoint)
+    records: list[StepRecord] = dataclasses.field(default_factory=list)  # their StepRecords
 
 
-def train(config, probe: bool = False, wrap: Callable | None = None) -> Run:
+def train(
+    config: TrainConfig, probe: bool = False, wrap: Callable[[str, Policy], Policy] | None = None
+) -> Run:
     """Train `config` to its end; with `probe`, first the gradients of `probe_batch` at
     the initial weights (no step taken); `wrap(agent, policy)` stands in for each group policy."""
     from algorithms.training.loop import Trainer, make_policies
@@ -100,14 +114,19 @@ def train(config, probe: bool = False, wrap: Callable | None = None) -> Run:
     return run
 
 
-def comparable(rows):
+def comparable(rows: list[dict]) -> list[dict]:
+    """`rows` without the metrics 1 and 2 ranks need not share (`UNCOMPARED`)."""
     return [{k: v for k, v in r.items() if not k.startswith(UNCOMPARED)} for r in rows]
 
 
-def assert_weights_within_adam_noise(one: dict, two: dict) -> None:
+def assert_weights_within_adam_noise(
+    one: dict[str, dict[str, np.ndarray]], two: dict[str, dict[str, np.ndarray]]
+) -> None:
     """Adam divides by sqrt(v): where a gradient is ~0, float-order noise moves a weight by
-    up to lr per step, so this bounds each tensor's change, not single elements (3 steps of
-    lr 1e-3, twice)."""
+    up to lr per step, so single elements may differ by about as much as training moved
+    them. The claim is the per-tensor median (<= 1e-5); the max bound (3 steps of lr 1e-3,
+    for each of the two runs) is only a sanity check: about the most two Adam runs of 3
+    steps can part by anyway (docs/scale-out.md quotes the measured worst, 6.5e-4)."""
     for agent, weights in one.items():
         assert sorted(two[agent]) == sorted(weights)
         worst = max(float(np.abs(two[agent][k] - v).max()) for k, v in weights.items())

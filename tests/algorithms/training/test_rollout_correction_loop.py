@@ -7,12 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from correction_runs import NOISE, PREFIX, Key, Recording, perturb
 from run_configs import small_config
 
 from algorithms.training.loop import Trainer
 from graft_env.policies.base import Done
-
-PREFIX = "rollout_correction/"
 
 
 def run(tmp_path, name, algorithm="graft", agents=("tiny-a", "tiny-b"), steps=1, **extra):
@@ -97,23 +96,16 @@ class NoisyEngine:
 
     def __init__(self, policy) -> None:
         self.inner = policy
-        # (prompt, token ids) -> the log-probs recorded for each response with those tokens
-        self.sampled: dict[tuple[str, tuple[int, ...]], list[np.ndarray]] = {}
+        # (prompt, token ids) -> each response with those tokens' true and noisy recordings
+        self.sampled: dict[Key, list[Recording]] = {}
         self.trainer_logprobs: list[np.ndarray] = []
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
 
     def generate(self, prompts, n, sampling):
-        rng = np.random.default_rng(sampling.seed)
         groups = self.inner.generate(prompts, n, sampling)
-        for prompt, group in zip(prompts, groups, strict=True):
-            for j, g in enumerate(group):
-                noisy = g.logprobs + rng.normal(0.0, 0.5, len(g.logprobs)).astype(np.float32)
-                group[j] = type(g)(g.text, g.token_ids, noisy, g.finish_reason)
-                key = prompt, tuple(g.token_ids)
-                self.sampled.setdefault(key, []).append(noisy.astype(np.float64))
-        return groups
+        return perturb(prompts, groups, sampling.seed, NOISE, self.sampled)
 
     def generate_async(self, prompts, n, sampling):
         return Done(self.generate(prompts, n, sampling))
@@ -142,10 +134,11 @@ def test_truncate_corrects_a_perturbed_engine_as_the_pure_function_says(tmp_path
         np.testing.assert_allclose(seq.old_logprobs, trainer_logp, atol=1e-5)
         # the response's own recording (identical responses of a group had their own noise)
         key = batch.prompts[seq.prompt_index], tuple(seq.response_token_ids)
-        expected = [np.minimum(np.exp(trainer_logp - lp), 2.0) for lp in engine.sampled[key]]
+        noisy = [recording.noisy for recording in engine.sampled[key]]
+        expected = [np.minimum(np.exp(trainer_logp - lp), 2.0) for lp in noisy]
         mine = [np.allclose(seq.rollout_weights, e, rtol=1e-4) for e in expected]
         assert any(mine), (seq.rollout_weights, expected)
-        sampled = engine.sampled[key][mine.index(True)]
+        sampled = noisy[mine.index(True)]
         off_engine += np.abs(seq.old_logprobs - sampled).tolist()
         capped += int(np.sum(seq.rollout_weights == 2.0))
         below_one += int(np.sum(seq.rollout_weights < 0.9))
