@@ -147,6 +147,70 @@ def test_shipped_configs_keep_their_plain_data():
             assert plain[key] == value or isinstance(value, dict), (path, key)
 
 
+PAIR1 = ["", "_2node", "_local", "_80gb", "_ray"]  # configs/paper_smollm3_qwen3{suffix}.yaml
+# What may differ between the pair-1 files, and only that: where the run goes and how it is laid
+# out (run_dir, backend, ray; each agent's device), where the weights come from, how rollouts
+# are sampled (HF generate or vLLM and its settings) and the memory knobs (checkpointing, batch
+# and micro-batch sizes, logits chunks). Every other value, defaults included, must be equal.
+LAYOUT_KEYS = {"run_dir", "backend", "ray"}
+AGENT_LAYOUT_OPTIONS = {
+    "device",
+    "local_files_only",
+    "rollout_backend",
+    "vllm_enforce_eager",
+    "vllm_kv_cache_gib",
+    "vllm_gpu_memory_utilization",
+    "gradient_checkpointing",
+    "generation_batch_size",
+    "score_batch_size",
+    "max_tokens_per_micro_batch",
+    "logits_chunk_tokens",
+}
+PAPER_AGENT_OPTIONS = {"lr", "betas", "weight_decay", "grad_clip", "dtype", "autocast"}
+
+
+def _paper_run(path: Path) -> dict[str, object]:
+    """The config's values by full key (agents.1.options.lr), less the layout keys."""
+    flat = _flat(load_config(path).to_dict())
+    return {key: value for key, value in flat.items() if not _layout_key(key)}
+
+
+def _flat(value: object, key: str = "") -> dict[str, object]:
+    if isinstance(value, dict) and value:
+        items = list(value.items())
+    elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        items = list(enumerate(value))
+    else:
+        return {key: value}
+    flat: dict[str, object] = {}
+    for part, item in items:
+        flat.update(_flat(item, f"{key}.{part}" if key else str(part)))
+    return flat
+
+
+def _layout_key(key: str) -> bool:
+    parts = key.split(".")
+    if parts[0] in LAYOUT_KEYS:
+        return True
+    is_option = len(parts) > 3 and parts[0] == "agents" and parts[2] == "options"
+    return is_option and parts[3] in AGENT_LAYOUT_OPTIONS
+
+
+def test_the_pair1_paper_files_describe_the_same_run():
+    """The five pair-1 files repeat the paper's hyperparameters: a value changed in one file
+    only (an lr, the seed, the batch) would make its run another experiment."""
+    paths = [REPO / "configs" / f"paper_smollm3_qwen3{suffix}.yaml" for suffix in PAIR1]
+    runs = {path.name: _paper_run(path) for path in paths}
+    reference_name, reference = next(iter(runs.items()))
+    for index in (0, 1):
+        for option in PAPER_AGENT_OPTIONS:
+            assert f"agents.{index}.options.{option}" in reference, (index, option)
+    for name, run in runs.items():
+        for key in run.keys() | reference.keys():
+            assert key in run and key in reference, f"{name}: {key} in one file only"
+            assert run[key] == reference[key], f"{name}: {key} differs from {reference_name}"
+
+
 def test_bad_values_name_the_field():
     with pytest.raises(ConfigError, match=r"env\.batch_size"):
         config_from_dict(BASE, ["env.batch_size=0"])
