@@ -374,8 +374,10 @@ class DevicePlan:
         )
 
 
-def format_plan(device: DevicePlan) -> list[str]:
-    """The table of one device: a row per term, a column per phase, in GiB."""
+def format_plan(device: DevicePlan, sharded_over: int | None = None) -> list[str]:
+    """The table of one device: a row per term, a column per phase, in GiB. `sharded_over`:
+    the run's FSDP2 ranks per agent when it has more than one, so the verdict says it is for
+    one unsharded process, not the run's layout."""
     lines = [
         f"{device.device}: {device.capacity / GIB:.1f} GiB, usable {device.usable / GIB:.1f} "
         f"(less {RESERVE_BYTES / GIB:.0f} GiB for the CUDA context and allocator)"
@@ -407,6 +409,11 @@ def format_plan(device: DevicePlan) -> list[str]:
             f"{plan.activations_without_checkpointing / GIB:.2f} GiB)"
         )
     verdict = "fits" if device.refusal() is None else "DOES NOT FIT"
+    if sharded_over is not None and sharded_over > 1:
+        verdict += (
+            f" unsharded on one GPU; this run shards each agent over {sharded_over} GPUs "
+            "(per-GPU FSDP2 table below)"
+        )
     lines.append(f"  peak {device.peak / GIB:.1f} of {device.usable / GIB:.1f} GiB: {verdict}")
     return lines
 

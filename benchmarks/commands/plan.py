@@ -4,6 +4,8 @@ Per device: weights, AdamW moments, gradients, autocast's weight copies, activat
 and without gradient checkpointing), the log-prob logits and the KV caches of generation and
 scoring, per phase of a step (`algorithms.training.memory_plan`), and what the plan assumes.
 A config that does not fit ends with one line naming the option to change (exit status 2).
+For a worker-group config (`ray.ranks_per_agent` > 1) these tables size one unsharded process
+per agent and say so: the run's own layout is the per-GPU FSDP2 table after the estimate.
 
 For a run on GPUs it then estimates one step's time per phase (rollout with either backend,
 verify, scoring, update, weight sync, exchange) and each GPU's memory when an agent is sharded
@@ -71,8 +73,11 @@ def run(args: argparse.Namespace) -> int:
     options = [(a.name, memory_plan.policy_options(a.options)) for a in config.agents]
     print(f"{args.config}: {count or 8} GPU(s) of {capacity / memory_plan.GIB:.1f} GiB")
     print("\n".join(memory_plan.assumption_lines(work, options)))
+    ranks = worker_group_ranks(config)
+    if plans and ranks is not None and ranks > 1:
+        print(unsharded_heading(ranks))
     for plan in plans:
-        print("\n".join(memory_plan.format_plan(plan)))
+        print("\n".join(memory_plan.format_plan(plan, ranks)))
     if plans:
         print("\n".join(estimate_lines(config, work, capacity, args.gpu_kind)))
     hint = memory_plan.allocator_hint()
@@ -82,13 +87,28 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def worker_group_ranks(config) -> int | None:
+    """`ray.ranks_per_agent` of a Ray config (a worker group of FSDP2 ranks per agent), else
+    None (one process per agent)."""
+    return parse_ray_options(config.ray).ranks_per_agent if config.backend == "ray" else None
+
+
+def unsharded_heading(ranks: int) -> str:
+    """The line above the per-device tables of a worker-group config: they size one process
+    per agent holding its whole state, which is not how its `ranks` FSDP2 ranks hold it."""
+    return (
+        "one process per agent, unsharded: not this run's layout (its "
+        f"{ranks} FSDP2 ranks per agent shard the state; see the per-GPU FSDP2 table below)"
+    )
+
+
 def estimate_agents(
     config, work: memory_plan.Workload
 ) -> tuple[list[workload.Agent], list[tuple[memory_plan.PolicyPlan, int]]]:
     """The step estimate's agents of `config` and, per agent, (its memory plan for `work`,
     its GPUs): a worker group shards over `ray.ranks_per_agent` GPUs (and runs vLLM at
     that TP); one process per agent computes on one GPU."""
-    ranks = parse_ray_options(config.ray).ranks_per_agent if config.backend == "ray" else None
+    ranks = worker_group_ranks(config)
     gpus = ranks or 1
     agents, plans = [], []
     for index, agent in enumerate(config.agents):

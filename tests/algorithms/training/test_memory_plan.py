@@ -162,6 +162,32 @@ def test_plan_shards_the_state_only_for_worker_groups(capsys):
     assert totals["local"] > totals["ray"]
 
 
+@pytest.mark.parametrize(
+    ("name", "group"),
+    [("paper_smollm3_qwen3.yaml", True), ("paper_smollm3_qwen3_2node.yaml", True),
+     ("paper_smollm3_qwen3_local.yaml", False), ("paper_smollm3_qwen3_ray.yaml", False)],
+)  # fmt: skip
+def test_plan_labels_the_unsharded_tables_of_a_worker_group(name, group, capsys):
+    """A worker group's per-device tables size one unsharded process per agent, not the
+    run's layout: a heading and each verdict say so, before the per-GPU FSDP2 table; one
+    process per agent (local, or one Ray actor) is that layout, and its tables say nothing."""
+    config = str(REPO / "configs" / name)
+    assert cli.main(["plan", config, "--gpu-memory", "141", "--gpus", "4"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    heading = [i for i, line in enumerate(lines) if "unsharded: not this run's layout" in line]
+    verdicts = [line for line in lines if line.startswith("  peak ")]
+    sharded = [i for i, line in enumerate(lines) if line.startswith("  GiB per GPU (FSDP2")]
+    assert len(verdicts) == 2 and len(sharded) == 1
+    if not group:
+        assert heading == [] and all(line.endswith("GiB: fits") for line in verdicts)
+        return
+    (at,) = heading
+    assert "its 2 FSDP2 ranks per agent" in lines[at] and at < sharded[0]
+    assert lines[at + 1].startswith("actor 0: cuda")  # right above the unsharded tables
+    suffix = "fits unsharded on one GPU; this run shards each agent over 2 GPUs"
+    assert all(suffix in line for line in verdicts)
+
+
 def _engine_columns(out: str) -> dict[str, tuple[float, float]]:
     """Each agent's (vLLM gen, KV free) GiB per GPU from `graft plan`'s memory table."""
     rows = [line.split() for line in out.splitlines() if ", 2 GPU(s)" in line]
