@@ -562,43 +562,20 @@ def allocator_hint() -> str | None:
 
 def check_before_launch(config: Any, prompt_tokens: int = 1024) -> list[DevicePlan]:
     """`graft train`'s check on a GPU machine: every GPU agent's plan on the GPUs found;
-    raises ValueError (one line) when one does not fit (a worker group's: sharded, per GPU,
-    as `check_plans` judges it). Nothing on a machine without CUDA
+    raises ValueError (one line) when one does not fit. Nothing on a machine without CUDA
     or in a run without GPU agents (a Ray driver sees its node's GPUs, as its actors do)."""
     capacity, count = found_gpus()
     if not count:
         return []
-    work = run_workload(config, prompt_tokens)
     try:
-        plans = plan_run(config, work, capacity, count)
+        plans = plan_run(config, run_workload(config, prompt_tokens), capacity, count)
     except UnknownArchitecture as err:
         import logging
 
         logging.getLogger(__name__).warning("memory plan skipped: %s", err)
         return []
-    check_plans(config, work, plans)
-    return plans
-
-
-def worker_group_ranks(config: Any) -> int | None:
-    """`ray.ranks_per_agent` of a Ray config (a worker group of FSDP2 ranks per agent), else
-    None (one process per agent)."""
-    return parse_ray_options(config.ray).ranks_per_agent if config.backend == "ray" else None
-
-
-def check_plans(config: Any, work: Workload, plans: Sequence[DevicePlan]) -> None:
-    """Raise ValueError (one line) when `config` does not fit: a worker group's agents on
-    each of their GPUs, sharded (`step_time.gpu_memory.sharded_refusal`); otherwise every
-    device's plan (`check_run`)."""
-    ranks = worker_group_ranks(config)
-    if plans and ranks is not None and ranks > 1:
-        from algorithms.training.step_time.gpu_memory import sharded_refusal
-
-        refusal = sharded_refusal(config, work, plans, ranks)
-        if refusal is not None:
-            raise ValueError(refusal)
-        return
     check_run(plans)
+    return plans
 
 
 def check_run(plans: Sequence[DevicePlan]) -> None:
