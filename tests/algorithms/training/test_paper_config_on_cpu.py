@@ -118,8 +118,9 @@ def shut_down(trainer) -> None:
     next(iter(trainer.policies.values())).group.shutdown()  # one ActorGroup for the run
 
 
-def two_steps(config, started: float) -> dict:
-    """One Trainer runs both steps: its rows, the steps it ran, where its ranks ran."""
+def to_the_end(config, started: float) -> dict:
+    """A Trainer runs the config's steps from its run directory's last checkpoint (all of
+    them on a fresh one): its rows, the steps it ran, where its ranks ran."""
     from algorithms.training.loop import Trainer
 
     trainer = Trainer(config, paper_policies(config))
@@ -130,13 +131,14 @@ def two_steps(config, started: float) -> dict:
     ran = []
     rows = trainer.train(on_step=lambda record: ran.append(record.step))
     shut_down(trainer)
-    print(f"2 steps done, actors shut down at {time.perf_counter() - started:.0f} s")
+    print(f"steps {ran} done, actors shut down at {time.perf_counter() - started:.0f} s")
     return {"rows": rows, "ran": ran, "placement": placement}
 
 
 def interrupted_and_resumed(config, started: float) -> dict:
-    """A Trainer stopped after step 1, then a new one resumed from its checkpoint: the
-    second's rows, steps and placement, and the checkpoints the first left."""
+    """A Trainer stopped after step 1, then a new one resumed from its checkpoint
+    (`to_the_end`): the second's rows, steps and placement, and the checkpoints the first
+    left."""
     from algorithms.training.loop import Trainer
 
     first = Trainer(config, paper_policies(config))
@@ -150,19 +152,7 @@ def interrupted_and_resumed(config, started: float) -> dict:
     shut_down(first)
     checkpoints = sorted(p.name for p in (Path(config.run_dir) / "checkpoints").iterdir())
     print(f"step 1 done, actors shut down at {time.perf_counter() - started:.0f} s")
-    resumed = Trainer(config, paper_policies(config))
-    print(f"resumed Trainer up at {time.perf_counter() - started:.0f} s")
-    ran = []
-    rows = resumed.train(on_step=lambda record: ran.append(record.step))
-    placement = placement_rows(resumed.policies)
-    shut_down(resumed)
-    print(f"step 2 done at {time.perf_counter() - started:.0f} s")
-    return {
-        "rows": rows,
-        "ran": ran,
-        "placement": placement,
-        "checkpoints_after_step_1": checkpoints,
-    }
+    return {**to_the_end(config, started), "checkpoints_after_step_1": checkpoints}
 
 
 def paper_run(how, shrunk_models, run_dir: Path, data_dir: Path) -> dict:
@@ -182,7 +172,7 @@ def paper_run(how, shrunk_models, run_dir: Path, data_dir: Path) -> dict:
 @pytest.fixture(scope="module")
 def run(shrunk_models, tmp_path_factory, data_dir) -> dict:
     run_dir = tmp_path_factory.mktemp("paper") / "run"
-    return paper_run(two_steps, shrunk_models, run_dir, data_dir)
+    return paper_run(to_the_end, shrunk_models, run_dir, data_dir)
 
 
 @pytest.fixture(scope="module")
