@@ -560,24 +560,6 @@ def allocator_hint() -> str | None:
     )
 
 
-def check_before_launch(config: Any, prompt_tokens: int = 1024) -> list[DevicePlan]:
-    """`graft train`'s check on a GPU machine: every GPU agent's plan on the GPUs found;
-    raises ValueError (one line) when one does not fit. Nothing on a machine without CUDA
-    or in a run without GPU agents (a Ray driver sees its node's GPUs, as its actors do)."""
-    capacity, count = found_gpus()
-    if not count:
-        return []
-    try:
-        plans = plan_run(config, run_workload(config, prompt_tokens), capacity, count)
-    except UnknownArchitecture as err:
-        import logging
-
-        logging.getLogger(__name__).warning("memory plan skipped: %s", err)
-        return []
-    check_run(plans)
-    return plans
-
-
 def check_run(plans: Sequence[DevicePlan]) -> None:
     """Raise ValueError with the first device's one-line refusal, if any does not fit."""
     for plan in plans:

@@ -5,7 +5,8 @@ and without gradient checkpointing), the log-prob logits and the KV caches of ge
 scoring, per phase of a step (`algorithms.training.memory_plan`), and what the plan assumes.
 A config that does not fit ends with one line naming the option to change (exit status 2).
 For a worker-group config (`ray.ranks_per_agent` > 1) these tables size one unsharded process
-per agent and say so: the run's own layout is the per-GPU FSDP2 table after the estimate.
+per agent and say so: the run's own layout is the per-GPU FSDP2 table after the estimate, and
+that table is what the refusal judges (`memory_check.sharded_refusal`).
 
 For a run on GPUs it then estimates one step's time per phase (rollout with either backend,
 verify, scoring, update, weight sync, exchange) and each GPU's memory when an agent is sharded
@@ -17,10 +18,9 @@ from __future__ import annotations
 
 import argparse
 
-from algorithms.training import memory_plan, step_estimate
-from algorithms.training.ray.engine_settings import engine_options, engine_settings
-from algorithms.training.ray.options import parse_ray_options
-from algorithms.training.run_config import ConfigError, load_config
+from algorithms.training import memory_check, memory_plan, step_estimate
+from algorithms.training.ray.engine_settings import engine_options
+from algorithms.training.run_config import load_config
 from algorithms.training.step_time import anchors, gpu_memory, table, workload
 
 DEFAULT_PROMPT_TOKENS = 1024
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     options = [(a.name, memory_plan.policy_options(a.options)) for a in config.agents]
     print(f"{args.config}: {count or 8} GPU(s) of {capacity / memory_plan.GIB:.1f} GiB")
     print("\n".join(memory_plan.assumption_lines(work, options)))
-    ranks = worker_group_ranks(config)
+    ranks = memory_check.worker_group_ranks(config)
     if plans and ranks is not None and ranks > 1:
         print(unsharded_heading(ranks))
     for plan in plans:
@@ -83,14 +83,8 @@ def run(args: argparse.Namespace) -> int:
     hint = memory_plan.allocator_hint()
     if hint:
         print(hint)
-    memory_plan.check_run(plans)
+    memory_check.check_plans(config, work, plans)
     return 0
-
-
-def worker_group_ranks(config) -> int | None:
-    """`ray.ranks_per_agent` of a Ray config (a worker group of FSDP2 ranks per agent), else
-    None (one process per agent)."""
-    return parse_ray_options(config.ray).ranks_per_agent if config.backend == "ray" else None
 
 
 def unsharded_heading(ranks: int) -> str:
@@ -108,7 +102,7 @@ def estimate_agents(
     """The step estimate's agents of `config` and, per agent, (its memory plan for `work`,
     its GPUs): a worker group shards over `ray.ranks_per_agent` GPUs (and runs vLLM at
     that TP); one process per agent computes on one GPU."""
-    ranks = worker_group_ranks(config)
+    ranks = memory_check.worker_group_ranks(config)
     gpus = ranks or 1
     agents, plans = [], []
     for index, agent in enumerate(config.agents):
@@ -135,31 +129,11 @@ def estimate_agents(
 def engine_memory(
     config, work: memory_plan.Workload, capacity: float, plans
 ) -> list[gpu_memory.EngineMemory | None]:
-    """Per agent on CUDA, its vLLM engine's KV space and the GPU's bytes while it samples
-    (A5, from `ray.engine_settings`); None on another device, or for an agent that samples
-    with transformers and whose engine settings would be refused."""
-    memories: list[gpu_memory.EngineMemory | None] = []
-    for index, (agent, (plan, gpus)) in enumerate(zip(config.agents, plans, strict=True)):
-        try:
-            settings = engine_settings(
-                index,
-                agent.options,
-                config.sampling.max_new_tokens,
-                gpus,
-                architecture=plan.architecture,
-                work=work,
-                capacity=capacity,
-            )
-        except ConfigError:
-            if agent.options.get("rollout_backend") == "vllm":
-                raise
-            settings = None
-        if settings is None or settings.kv_cache_bytes is None:
-            memories.append(None)
-            continue
-        kv_gib = engine_options(agent.options, f"agents.{index}.options").kv_cache_gib
-        memories.append(gpu_memory.vllm_engine_memory(plan, gpus, settings, kv_gib))
-    return memories
+    """Per agent, `gpu_memory.agent_engine_memory` for its (plan, GPUs) in `plans`."""
+    return [
+        gpu_memory.agent_engine_memory(config, index, plan, gpus, work, capacity)
+        for index, (plan, gpus) in enumerate(plans)
+    ]
 
 
 def estimate_lines(

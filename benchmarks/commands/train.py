@@ -6,7 +6,8 @@ import argparse
 import logging
 from pathlib import Path
 
-from algorithms.training.memory_plan import GIB, check_before_launch
+from algorithms.training.memory_check import check_before_launch
+from algorithms.training.memory_plan import GIB
 from algorithms.training.run_config import load_config
 from graft_env.threads import resolve_threads, torch_threads
 

@@ -4,9 +4,16 @@ divides the weights, moments and gradients) and what its vLLM engine preallocate
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from algorithms.training.memory_plan import GIB, PolicyPlan
-from algorithms.training.ray.engine_settings import EngineSettings, rank_update_peak
+from algorithms.training.memory_plan import GIB, PolicyPlan, Workload
+from algorithms.training.ray.engine_settings import (
+    EngineSettings,
+    engine_options,
+    engine_settings,
+    rank_update_peak,
+)
+from algorithms.training.run_config import ConfigError
 from algorithms.training.step_time.anchors import VLLM_WORKSPACE_BYTES
 
 SHARDED_PREFIXES = ("weights (", "AdamW moments", "grads (")
@@ -53,3 +60,30 @@ def vllm_engine_memory(
         kv = settings.kv_cache_bytes - VLLM_WORKSPACE_BYTES
         engine = settings.kv_cache_bytes + settings.engine_weight_bytes  # the whole share
     return EngineMemory(kv, resident + engine)
+
+
+def agent_engine_memory(
+    config: Any, index: int, plan: PolicyPlan, gpus: int, work: Workload, capacity: float
+) -> EngineMemory | None:
+    """Agent `index` of `config` on CUDA: its vLLM engine's KV space and the GPU's bytes while
+    it samples (A5, from `ray.engine_settings`); None on another device, or for an agent that
+    samples with transformers and whose engine settings would be refused."""
+    agent = config.agents[index]
+    try:
+        settings = engine_settings(
+            index,
+            agent.options,
+            config.sampling.max_new_tokens,
+            gpus,
+            architecture=plan.architecture,
+            work=work,
+            capacity=capacity,
+        )
+    except ConfigError:
+        if agent.options.get("rollout_backend") == "vllm":
+            raise
+        return None
+    if settings.kv_cache_bytes is None:
+        return None
+    kv_gib = engine_options(agent.options, f"agents.{index}.options").kv_cache_gib
+    return vllm_engine_memory(plan, gpus, settings, kv_gib)

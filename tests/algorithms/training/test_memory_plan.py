@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from algorithms.training import memory_check
 from algorithms.training import memory_plan as mp
 from algorithms.training.run_config import load_config
 from benchmarks import cli
@@ -104,7 +105,7 @@ def test_without_a_gpu_plan_asks_for_its_memory(capsys, monkeypatch):
     config = REPO / "configs" / "paper_smollm3_qwen3_local.yaml"
     assert cli.main(["plan", str(config)]) == 2
     assert "--gpu-memory: no GPU found" in capsys.readouterr().err
-    assert mp.check_before_launch(load_config(config)) == []  # graft train on CPU: no check
+    assert memory_check.check_before_launch(load_config(config)) == []  # graft train on CPU
 
 
 @pytest.mark.parametrize("name", PAPER)
@@ -212,3 +213,31 @@ def test_plan_sizes_the_vllm_engine_from_its_gpu_memory_share(capsys):
         assert kv5 - kv3 == pytest.approx(0.2 * 141, abs=0.15)
         assert columns[12.0][agent][1] == 12.0
         assert columns[12.0][agent][0] < gen3
+
+
+def test_a_worker_group_is_refused_on_its_sharded_per_gpu_memory(capsys, monkeypatch):
+    """`ray.ranks_per_agent` 2: `graft plan` and `graft train`'s check judge each agent's
+    per-GPU FSDP2 figures (trainer state, the vLLM engine's share while sampling), not the
+    unsharded tables: 70 GiB GPUs fit (74.8 GiB unsharded, 65.3 at most per GPU); 40 GiB is
+    refused in one line naming the per-GPU figure, the agent, the phase and the knob."""
+    config = REPO / "configs" / "paper_smollm3_qwen3.yaml"
+    argv = ["plan", str(config), "--gpus", "4", "--gpu-memory"]
+    assert cli.main([*argv, "70"]) == 0
+    assert "DOES NOT FIT unsharded" in capsys.readouterr().out  # the tables still say so
+    assert cli.main([*argv, "40"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert "\n" not in error
+    assert error.startswith("graft plan: error: agents.0.options.max_tokens_per_micro_batch: ")
+    assert "smollm3-3b needs 51.9 GiB per GPU on actor 0: cuda x 2 FSDP2 ranks" in error
+    assert "(38.0 GiB usable) in update" in error
+    kv = "agents.1.options.vllm_kv_cache_gib=60"  # the engine's share: the sampling peak
+    assert cli.main([*argv, "70", "--set", kv]) == 2
+    error = capsys.readouterr().err
+    assert "agents.1.options.vllm_kv_cache_gib: qwen3-1.7b needs" in error
+    assert "in generate (vLLM)" in error
+    loaded = load_config(config)
+    monkeypatch.setattr(mp, "found_gpus", lambda: (70.0 * mp.GIB, 4))
+    assert len(memory_check.check_before_launch(loaded)) == 2  # graft train launches
+    monkeypatch.setattr(mp, "found_gpus", lambda: (40.0 * mp.GIB, 4))
+    with pytest.raises(ValueError, match=r"needs 51\.9 GiB per GPU on actor 0"):
+        memory_check.check_before_launch(loaded)
