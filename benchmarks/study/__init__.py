@@ -7,6 +7,7 @@ library_report    the pre-registered library comparison's report
 probe             the exchange funnel of a built pair's first steps, before a study runs
 plots             the study report's figures: learning curves and the exchange funnel
 report            the pre-registered study's report: table, verdicts, plots
+report_markdown   the pre-registered study report's README.md, from its results
 stats             paired contrasts with bootstrap intervals, verdicts, power
 gap/              the gap study's report: dose-response, contrasts, verdicts, the paper
 """

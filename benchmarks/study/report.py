@@ -7,12 +7,12 @@ Reads the grid's finished cells (`compare.finished_results`: a partly run grid g
 partial report, and a hypothesis whose labels have no finished cell is listed as "not
 run") and writes to --out:
 
-- README.md: the paper-style table (per model and label: mean average pass@1 over seeds
-  with a 95 % interval from a bootstrap over seeds and problems, Δ vs GRPO n=8 with its
-  paired interval, weak-skill pass@1, rescue share, rollouts and wall time per cell), the
-  per-skill table, each hypothesis per model (estimate, interval, verdict), the smallest
-  difference the setup resolves (the half-width of H1's interval), the exchange funnel
-  totals, and the plots;
+- README.md (`report_markdown.render`): the paper-style table (per model and label: mean
+  average pass@1 over seeds with a 95 % interval from a bootstrap over seeds and problems,
+  Δ vs GRPO n=8 with its paired interval, weak-skill pass@1, rescue share, rollouts and
+  wall time per cell), the per-skill table, each hypothesis per model (estimate, interval,
+  verdict), the smallest difference the setup resolves (the half-width of H1's interval),
+  the exchange funnel totals, and the plots;
 - results.json: every number of the README and the plotted curves;
 - learning_curves.png / learning_curves_weak.png: periodic-evaluation pass@1 (average of
   the sets / of the model's weak skills), one panel per family against GRPO n=8, one row
@@ -53,6 +53,7 @@ from benchmarks.compare.report import (
 )
 from benchmarks.compare.run import finished_results
 from benchmarks.study.plots import plot_funnel, plot_learning
+from benchmarks.study.report_markdown import render
 from benchmarks.study.stats import label_interval, paired_contrast, paired_difference, verdict
 from graft_env.policies.cache import kernel_provenance
 
@@ -108,23 +109,8 @@ STYLES = {  # colour, line style, marker (`study.plots.Style`)
     NO_BALANCE: ("tab:purple", ":", "P"),
     STORED: ("tab:brown", (0, (5, 1, 1, 1, 1, 1)), "X"),
 }
-COUNTS = ("gate_candidates", "prompts", "transferred", "admitted")  # summed over steps
-
-
-def pct(value: float | None, unit: str = "") -> str:
-    return "–" if value is None else f"{100 * value:.1f}{unit}"
-
-
-def ci(d: Mapping[str, float] | None, signed: bool = False) -> str:
-    """`[low, high]` of an interval dict, in points."""
-    form = "{:+.1f}" if signed else "{:.1f}"
-    return "–" if d is None else f"[{form.format(d['low'])}, {form.format(d['high'])}]"
-
-
-def points(d: Mapping[str, float] | None, signed: bool = False) -> str:
-    """`mean [low, high]` of an interval dict, in points."""
-    form = "{:+.1f}" if signed else "{:.1f}"
-    return "–" if d is None else f"{form.format(d['mean'])} {ci(d, signed)}"
+# summed over steps; `report_markdown.FUNNEL_COUNTS` gives each its README column
+COUNTS = ("gate_candidates", "prompts", "transferred", "admitted")
 
 
 def skill_sets(records: Sequence[Record], model: str) -> tuple[list[str], list[str]]:
@@ -346,9 +332,6 @@ def _pooled_s(seeds: Sequence[Mapping[str, Mapping[int, float]]]) -> float | Non
     return sum(m * n for m, n in weighted) / count if count else None
 
 
-# ---- plots
-
-
 # ---- the report
 
 
@@ -410,170 +393,6 @@ def build_provenance(grid: GridSpec) -> dict[str, Any]:
     model's built weights (`model_identity`: cache key @ SHA-256; the cells' hashes
     hold it, so every finished cell trained these weights)."""
     return {"machine": kernel_provenance(), "weights": grid_models(grid)}
-
-
-def _hypothesis_detail(entry: Mapping[str, Any]) -> str:
-    details = entry["details"]
-    if "not_run" in details:
-        return details["not_run"]
-    parts = []
-    if details.get("rollout_share") is not None:
-        parts.append(f"{GRAFT} used {details['rollout_share']:.0%} of {GRPO32}'s rollouts")
-    if "retention" in details:
-        ratio = details["retention"]
-        parts.append("retention " + ("–" if ratio is None else f"{ratio:.2f}"))
-        if "contrast_verdict" in details:
-            parts.append(f"contrast alone: {details['contrast_verdict']}")
-    if "weak_skills_delta" in details:
-        parts.append(f"Δ on weak skills {points(details['weak_skills_delta'], True)}")
-        parts.append(f"on own skills {points(details['own_skills_delta'], True)}")
-        rescue = [f"{label} {pct(details[f'rescue {label}'], ' %')}" for label in (GRAFT, GRPO8)]
-        parts.append("rescue share " + " vs ".join(rescue))
-    return "; ".join(parts)
-
-
-def _table(header: Sequence[str], lines: Sequence[Sequence[str]], align: str = "") -> list[str]:
-    """A markdown table; `align` per column, "l" or "r" (default: two "l", then "r")."""
-    align = align or "ll" + "r" * (len(header) - 2)
-    rule = "|" + "".join("---|" if a == "l" else "---:|" for a in align)
-    return ["| " + " | ".join(header) + " |", rule] + ["| " + " | ".join(c) + " |" for c in lines]
-
-
-def _cost(compute: Sequence[Record], row: Record, column: str) -> str:
-    found = _find(compute, row["model"], row["label"])
-    return "–" if found is None or found[column] is None else f"{found[column]:.0f}"
-
-
-def render(report: Mapping[str, Any]) -> str:
-    """README.md: the tables, hypotheses, resolution, funnel totals and plots."""
-    baseline, rows, compute = report["baseline"], report["table"], report["compute"]
-    cells = report["cells"]
-    lines = [
-        f"# Results of the pre-registered study (grid `{report['grid']}`)",
-        "",
-        "Generated by `python -m benchmarks.study.report`; every number is also in "
-        f"`results.json`. Cells finished: {cells['finished']} of {cells['planned']}, "
-        f"{cells['seconds'] / 60:.0f} min of cell wall time in all (summed over cells; a "
-        "resumed cell counts its last invocation). Design, hypotheses and analysis: "
-        "`docs/study/PREREGISTRATION.md`.",
-        "",
-        "## Table",
-        "",
-    ]
-    header = ["updated model (peer)", "algorithm", "seeds", "average pass@1 [95 % CI]"]
-    header += [f"Δ vs {baseline} [95 % CI]", "weak skills", "rescue share"]
-    header += ["rollouts (model)", "rollouts (cell)", "cell wall s"]
-    body = [
-        [
-            f"{row['model']} ({row['peer']})",
-            row["label"],
-            str(row["average_n"]),
-            points(row["interval"]),
-            points(row["delta"], signed=True),
-            pct(row["weak_skills"]),
-            pct(row["rescue"]),
-            _cost(compute, row, "rollouts_to_checkpoint"),
-            _cost(compute, row, "cell_rollouts_to_checkpoint"),
-            _cost(compute, row, "cell_seconds"),
-        ]
-        for row in rows
-    ]
-    resamples = report["bootstrap"]["resamples"]
-    lines += [
-        *_table(header, body),
-        "",
-        "pass@1 in %: the unweighted average over the evaluation sets of per-problem pass@1, "
-        f"mean over seeds; 95 % intervals from a bootstrap ({resamples} resamples) over seeds "
-        "and problems; Δ: paired by seed and problem. Weak skills: pass@1 on the peer's own "
-        "skills (mean over seeds). Rescue share: of the model's all-fail evaluation problems, "
-        "the share the peer's model (same algorithm and seed) solves at least once. Rollouts "
-        "and wall time: per cell, mean over seeds; an exchange cell trains both models.",
-        "",
-        "## pass@1 per skill",
-        "",
-    ]
-    names = report["sets"]
-    skill_rows = [
-        [f"{r['model']} ({r['peer']})", r["label"], *(pct(r[name]) for name in names)] for r in rows
-    ]
-    short = [name.removeprefix("procedural/") for name in names]
-    lines += [*_table(["updated model (peer)", "algorithm", *short], skill_rows), ""]
-    for model, sets in report["skills"].items():
-        own = ", ".join(s.removeprefix("procedural/") for s in sets["own"]) or "unknown"
-        lines.append(f"- {model}'s own skills: {own}")
-    lines += ["", "## Hypotheses", ""]
-    body = [
-        [
-            e["hypothesis"],
-            e["claim"],
-            e["model"],
-            "–" if e["estimate"] is None else f"{e['estimate']['mean']:+.1f}",
-            ci(e["estimate"], signed=True),
-            e["verdict"],
-            _hypothesis_detail(e),
-        ]
-        for e in report["hypotheses"]
-    ]
-    header = ["", "claim", "model", "estimate", "95 % CI", "verdict", "detail"]
-    lines += _table(header, body, align="lllrrll")
-    lines += [
-        "",
-        "Estimates in points: the paired contrast of the labels' average pass@1 (H6: stored "
-        "minus the mean of GRAFT and GRPO n=8; H7: the GRAFT minus GRPO n=8 difference on "
-        "the weak skills minus that on the own skills). Verdict: supported if the interval "
-        "lies above 0 (H2: above -1 point), refuted if below, else unresolved.",
-        "",
-        "Smallest difference the setup resolves (half-width of H1's interval): "
-        + ", ".join(
-            f"{model} ±{'–' if width is None else f'{width:.1f}'} points"
-            for model, width in report["resolution"].items()
-        ),
-        "",
-    ]
-    lines += _funnel_lines(report["funnel"])
-    lines += [
-        "## Plots",
-        "",
-        "![learning curves](learning_curves.png)",
-        "",
-        "![learning curves, weak skills](learning_curves_weak.png)",
-        "",
-        "![exchange funnel](funnel.png)",
-        "",
-    ]
-    return "\n".join(lines)
-
-
-def _funnel_lines(data: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    if not data:
-        return []
-    header = ["algorithm", "direction", "gate candidates", "kept prompts", "transferred"]
-    header += ["admitted", "admitted share", "clipped peer-token share", "mean s"]
-    body = []
-    for label, by_direction in data.items():
-        for direction, found in sorted(by_direction.items()):
-            t = found["totals"]
-            body.append(
-                [
-                    label,
-                    direction.replace("->", " → "),
-                    *(f"{t[name]:.0f}" for name in COUNTS),
-                    pct(t["admitted_share"]),
-                    pct(t["clipped_share_peer"]),
-                    "–" if t["mean_s"] is None else f"{t['mean_s']:.2f}",
-                ]
-            )
-    return [
-        "## Exchange funnel",
-        "",
-        *_table(header, body),
-        "",
-        "Totals over training, mean over seeds: prompts and responses summed over steps; "
-        "admitted share of the transferred responses (%); clipped share of peer tokens (%), "
-        "mean over the steps with peer tokens in the update; s: mean over transferred "
-        "responses.",
-        "",
-    ]
 
 
 def write_report(report: Mapping[str, Any], out_dir: str | Path) -> list[Path]:
