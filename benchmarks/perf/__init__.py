@@ -83,4 +83,10 @@ trl_workload         vs_trl's fixed workload (tiny Llama, character tokenizer, 1
 trl_sides            vs_trl's timed run of either trainer, ours or TRL's, in one process
 random_models        random-weight policies of the paper's architectures from their config
                      classes, a fixed batch of exact lengths, peak-memory meters
+worker_group_rank    worker_group_device_check's rank (RankWorker, or DirectRank without
+                     Ray), its setup and the checkpoint round compared bitwise
+worker_group_sizes   worker_group_device_check's sizes, policy options and batches, and the
+                     plan's and the step estimate's predictions for them
+worker_group_stages  worker_group_device_check's stage runner (time budget, peak beside the
+                     plan) and its results.json / summary.txt
 """
