@@ -62,7 +62,8 @@ def layout(root: Path) -> str:
         lines.append(f"{indent}{parts[-1]}/")
         for name in sorted(entries, key=lambda n: (n.endswith("/"), n)):
             if not name.endswith("/"):
-                lines.append(f"{indent}  {name + '.py':<{26 - len(indent)}}{entries[name]}")
+                file = f"{name}.py".ljust(25 - len(indent))
+                lines.append(f"{indent}  {file} {entries[name]}")
     return "\n".join(lines)
 
 
