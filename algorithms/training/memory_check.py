@@ -15,7 +15,7 @@ from typing import Any
 
 from algorithms.training import memory_plan
 from algorithms.training.memory_plan import GIB, DevicePlan, PolicyPlan, Workload
-from algorithms.training.ray.engine_settings import rank_update_peak
+from algorithms.training.ray.engine_settings import engine_options
 from algorithms.training.ray.options import parse_ray_options
 from algorithms.training.step_time.gpu_memory import agent_engine_memory, per_gpu_bytes
 
@@ -117,10 +117,13 @@ def _per_gpu_phases(
     if engine is None:
         return phases, tunable
     del phases["generate"], tunable["generate"]
-    knob = "vllm_kv_cache_gib" if options.get("vllm_kv_cache_gib") else None
-    share = engine.sampling_bytes - rank_update_peak(plan, ranks)[0]
+    fixed_kv = engine_options(options, f"agents.{index}.options").kv_cache_gib is not None
+    term = ("the vLLM engine's share", engine.engine_bytes)
+    knob = "vllm_kv_cache_gib" if fixed_kv else "vllm_gpu_memory_utilization"
+    if not engine.sleep_mode:  # the engine stays on the GPU beside scoring and the update
+        for phase in phases:
+            phases[phase] += engine.engine_bytes
+            tunable[phase].append((*term, knob))
     phases["generate (vLLM)"] = engine.sampling_bytes
-    tunable["generate (vLLM)"] = [
-        ("the vLLM engine's share", share, knob or "vllm_gpu_memory_utilization")
-    ]
+    tunable["generate (vLLM)"] = [(*term, knob)]
     return phases, tunable

@@ -38,10 +38,14 @@ def per_gpu_bytes(plan: PolicyPlan, gpus: int) -> dict[str, float]:
 @dataclass(frozen=True)
 class EngineMemory:
     """One GPU of an agent's vLLM engine (A5): the KV space it preallocates and all the GPU
-    holds while it samples (the trainer's resident state beside it)."""
+    holds while it samples (the trainer's resident state beside it); the engine's own share
+    (weights, KV, workspace) and whether it sleeps through the update (without sleep mode the
+    share stays on the GPU beside scoring and the update)."""
 
     kv_bytes: float
     sampling_bytes: float
+    engine_bytes: float
+    sleep_mode: bool
 
 
 def vllm_engine_memory(
@@ -59,7 +63,7 @@ def vllm_engine_memory(
     else:
         kv = settings.kv_cache_bytes - VLLM_WORKSPACE_BYTES
         engine = settings.kv_cache_bytes + settings.engine_weight_bytes  # the whole share
-    return EngineMemory(kv, resident + engine)
+    return EngineMemory(kv, resident + engine, engine, settings.sleep_mode)
 
 
 def agent_engine_memory(

@@ -218,7 +218,8 @@ def test_plan_sizes_the_vllm_engine_from_its_gpu_memory_share(capsys):
 def test_a_worker_group_is_refused_on_its_sharded_per_gpu_memory(capsys, monkeypatch):
     """`ray.ranks_per_agent` 2: `graft plan` and `graft train`'s check judge each agent's
     per-GPU FSDP2 figures (trainer state, the vLLM engine's share while sampling), not the
-    unsharded tables: 70 GiB GPUs fit (74.8 GiB unsharded, 65.3 at most per GPU); 40 GiB is
+    unsharded tables: 70 GiB GPUs fit (74.8 GiB unsharded); 40 GiB, or an engine kept awake
+    (no sleep mode) beside the update, is
     refused in one line naming the per-GPU figure, the agent, the phase and the knob."""
     config = REPO / "configs" / "paper_smollm3_qwen3.yaml"
     argv = ["plan", str(config), "--gpus", "4", "--gpu-memory"]
@@ -235,6 +236,15 @@ def test_a_worker_group_is_refused_on_its_sharded_per_gpu_memory(capsys, monkeyp
     error = capsys.readouterr().err
     assert "agents.1.options.vllm_kv_cache_gib: qwen3-1.7b needs" in error
     assert "in generate (vLLM)" in error
+    awake = [  # without sleep mode the engine's fixed KV stays beside the update
+        *("--set", "agents.0.options.vllm_sleep_mode=false"),
+        *("--set", "agents.0.options.vllm_gpu_memory_utilization=0.1"),
+        *("--set", "agents.0.options.vllm_kv_cache_gib=15"),
+    ]
+    assert cli.main([*argv, "70", *awake]) == 2
+    error = capsys.readouterr().err
+    assert "agents.0.options.vllm_kv_cache_gib: smollm3-3b needs" in error
+    assert "in update, the vLLM engine's share" in error
     loaded = load_config(config)
     monkeypatch.setattr(mp, "found_gpus", lambda: (70.0 * mp.GIB, 4))
     assert len(memory_check.check_before_launch(loaded)) == 2  # graft train launches
