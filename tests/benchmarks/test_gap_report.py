@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -196,6 +197,8 @@ def study(tmp_path_factory):
         "dir": report_dir,
         "written": written,
         "key": key,
+        "out": out,
+        "cache": base / "cache",
     }
 
 
@@ -323,6 +326,28 @@ def test_non_inferiority_nulls_and_not_run(study):
     n2 = entry(results, "N2", "pooled")
     assert n2["verdict"] == "refuted" and n2["bootstrap"]["mean"] == pytest.approx(25.0)
     assert "| H5 GRAFT gap-d30 | a (gap-d30-a) | – | – | – | – | – | not run |" in study["md"]
+
+
+def test_h2_lists_the_points_whose_cells_kept_no_metrics_log(study, tmp_path, monkeypatch):
+    """A dose whose exchange cells kept result.json only has no measured candidates: its
+    points are left out of the slope and named, not dropped silently."""
+    out = tmp_path / "runs"
+    shutil.copytree(study["out"], out)
+    for log in (out / "cells" / "graft-w-o-compat-weights").glob(
+        "gap-d0-*/seed*/run/metrics.jsonl"
+    ):
+        log.unlink()
+    monkeypatch.setenv("GRAFT_CACHE_DIR", str(study["cache"]))
+    argv = ["--out", str(out), "--resamples", "50", "--report-dir", str(tmp_path / "report")]
+    assert main([*argv, "--grids", *(str(REPO / g) for g in GRIDS)]) == 0
+    results = json.loads((tmp_path / "report" / "results.json").read_text())
+    h2 = entry(results, f"H2 {NO_COMPAT}", "both models")
+    assert h2["points_unmeasured"] == ["gap-d0 (gap-d0-a)", "gap-d0 (gap-d0-b)"]
+    assert [p["candidates_per_step"] for p in h2["points"]][2:] == [4.0, 5.0, 2.0, 3.0]
+    assert "coefficient" not in h2["points"][0] and "coefficient" in h2["points"][2]
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert f"- H2 {NO_COMPAT}: left out, no gate candidates measured" in md
+    assert entry(results, f"H2 {GRAFT}", "both models")["points_unmeasured"] == []
 
 
 def test_h2_is_the_slope_over_the_measured_candidates(study):

@@ -160,6 +160,11 @@ def render(report: Mapping[str, Any]) -> str:
                 f"- {e['contrast']}: computed over {', '.join(e['doses'])}; no finished cells "
                 f"at {', '.join(e['doses_missing'])} (a deviation from the four doses)."
             )
+        if e["hypothesis"] == "H2" and e.get("points_unmeasured"):
+            lines.append(
+                f"- {e['contrast']}: left out, no gate candidates measured (the cells kept no "
+                f"metrics log): {', '.join(e['points_unmeasured'])}."
+            )
     lines += ["", "## Dose-response: arm - GRPO n=8 per dose", ""]
     dose = [e for e in report["contrasts"] if e["hypothesis"] == "D"]
     lines += [*_table(header, _contrast_rows(dose)), "", "![dose-response](dose_response.png)", ""]

@@ -58,7 +58,8 @@ def slope_entry(study: Study, arm: str) -> dict[str, Any]:
     per-seed values are the same contrast per seed (the t-interval and MDE are over them).
     Its bootstrap interval resamples within each dose, as section 5 registers it
     (`slope_bootstrap`). Doses without finished cells are left out and listed
-    (`doses_missing`)."""
+    (`doses_missing`), as are the (dose, model) points whose cells kept no metrics log to
+    measure the candidates from (`points_unmeasured`)."""
     present = [
         (pair, model)
         for pair in DOSES
@@ -90,6 +91,9 @@ def slope_entry(study: Study, arm: str) -> dict[str, Any]:
         x = measured_candidates(study, arm, model, seeds) if seeds else None
         entry["points"].append({"pair": pair, "model": model, "candidates_per_step": x})
     used = [p for p in entry["points"] if p["candidates_per_step"] is not None]
+    entry["points_unmeasured"] = [  # cells without a metrics log: no x, left out, listed
+        f"{p['pair']} ({p['model']})" for p in entry["points"] if p["candidates_per_step"] is None
+    ]
     xs = np.array([p["candidates_per_step"] for p in used])
     spread = float(((xs - xs.mean()) ** 2).sum()) if used else 0.0
     if not seeds or len(used) < 2 or spread == 0.0:
