@@ -33,21 +33,13 @@ def measure(part: str, response_len: int, rows: int, chunk: int, vocab: int) -> 
     import torch
     import transformers
 
+    from benchmarks.perf.random_models import TOY_QWEN3
     from graft_env.policies.forward import response_logprobs
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    config = transformers.Qwen3Config(
-        vocab_size=vocab,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        tie_word_embeddings=True,
-        max_position_embeddings=response_len + 128,
-    )
+    fields = {**TOY_QWEN3, "vocab_size": vocab, "max_position_embeddings": response_len + 128}
+    config = transformers.Qwen3Config(**fields)
     model = transformers.Qwen3ForCausalLM(config).eval()
     generator = torch.Generator().manual_seed(1)
     prompts = [torch.randint(1, vocab, (100,), generator=generator).tolist()] * rows

@@ -32,6 +32,17 @@ SHRUNK_ARCHITECTURES = {
     ),
 }
 """The shrunk architectures: real vocabularies and tied embeddings, as the paper's models."""
+TOY_QWEN3 = dict(
+    vocab_size=2048,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    tie_word_embeddings=True,
+)
+"""A toy-width Qwen3 for smoke runs: its layer structure (q/k norms, GQA, tied head)."""
 SPECIAL = {"<pad>": 0, "<s>": 1, "</s>": 2, "<unk>": 3}
 EOS = SPECIAL["</s>"]
 

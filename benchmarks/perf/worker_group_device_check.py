@@ -90,7 +90,6 @@ from benchmarks.perf.worker_group_sizes import (
     MODEL,
     PAPER_CONFIG,
     SMOKE,
-    SMOKE_FIELDS,
     Size,
     exact_batch,
     expected_seconds,
@@ -119,10 +118,15 @@ def check(args: argparse.Namespace) -> dict:
     import torch
     import transformers
 
-    from benchmarks.perf.random_models import config_of, paper_config, write_random_model
+    from benchmarks.perf.random_models import (
+        TOY_QWEN3,
+        config_of,
+        paper_config,
+        write_random_model,
+    )
 
     size = SMOKE if args.smoke else FULL
-    config = config_of("Qwen3Config", SMOKE_FIELDS) if args.smoke else paper_config(MODEL)
+    config = config_of("Qwen3Config", TOY_QWEN3) if args.smoke else paper_config(MODEL)
     arch = Architecture.from_config(config.to_dict())
     options = options_for(size, args.device)
     rank, driver = make_rank(args.threads, args.direct)

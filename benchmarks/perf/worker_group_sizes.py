@@ -20,17 +20,6 @@ from algorithms.training.step_time.workload import Agent, LengthMix, StepWorkloa
 from graft_env.types import TrainBatch, TrainSequence
 
 MODEL = "Qwen/Qwen3-1.7B-Base"
-SMOKE_FIELDS = dict(
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=16,
-    vocab_size=2048,
-    tie_word_embeddings=True,
-)
-"""`--smoke`'s Qwen3: its layer structure (q/k norms, GQA, tied head), a toy width."""
 
 
 @dataclass(frozen=True)
