@@ -251,3 +251,22 @@ def test_a_worker_group_is_refused_on_its_sharded_per_gpu_memory(capsys, monkeyp
     monkeypatch.setattr(mp, "found_gpus", lambda: (40.0 * mp.GIB, 4))
     with pytest.raises(ValueError, match=r"needs 51\.9 GiB per GPU on actor 0"):
         memory_check.check_before_launch(loaded)
+
+
+def test_graft_train_logs_a_worker_groups_plan_as_unsharded(caplog, monkeypatch):
+    """The launch log's per-device peaks are the unsharded tables: for a worker group it says
+    so (the check that let it launch judged each GPU, sharded)."""
+    from algorithms.training import loop
+
+    class Launched(Exception):
+        pass
+
+    def trainer(config):
+        raise Launched
+
+    monkeypatch.setattr(mp, "found_gpus", lambda: (70.0 * mp.GIB, 4))
+    monkeypatch.setattr(loop, "Trainer", trainer)
+    config = str(REPO / "configs" / "paper_smollm3_qwen3.yaml")
+    with caplog.at_level("INFO"), pytest.raises(Launched):
+        cli.main(["train", "--config", config])
+    assert "unsharded; this run shards each over 2 GPUs" in caplog.text
