@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from algorithms.training import memory_plan
 from algorithms.training.memory_plan import GIB, DevicePlan, PolicyPlan, Workload
@@ -19,8 +19,11 @@ from algorithms.training.ray.engine_settings import engine_options
 from algorithms.training.ray.options import parse_ray_options
 from algorithms.training.step_time.gpu_memory import agent_engine_memory, per_gpu_bytes
 
+if TYPE_CHECKING:
+    from algorithms.training.run_config import TrainConfig
 
-def check_before_launch(config: Any, prompt_tokens: int = 1024) -> list[DevicePlan]:
+
+def check_before_launch(config: TrainConfig, prompt_tokens: int = 1024) -> list[DevicePlan]:
     """`graft train`'s check on a GPU machine: every GPU agent's plan on the GPUs found;
     raises ValueError (one line) when one does not fit (`check_plans`). Nothing on a machine
     without CUDA or in a run without GPU agents (a Ray driver sees its node's GPUs, as its
@@ -38,13 +41,13 @@ def check_before_launch(config: Any, prompt_tokens: int = 1024) -> list[DevicePl
     return plans
 
 
-def worker_group_ranks(config: Any) -> int | None:
+def worker_group_ranks(config: TrainConfig) -> int | None:
     """`ray.ranks_per_agent` of a Ray config (a worker group of FSDP2 ranks per agent), else
     None (one process per agent)."""
     return parse_ray_options(config.ray).ranks_per_agent if config.backend == "ray" else None
 
 
-def check_plans(config: Any, work: Workload, plans: Sequence[DevicePlan]) -> None:
+def check_plans(config: TrainConfig, work: Workload, plans: Sequence[DevicePlan]) -> None:
     """Raise ValueError (one line) when `config` does not fit: a worker group's agents on
     each of their GPUs, sharded (`sharded_refusal`); otherwise every device's plan
     (`memory_plan.check_run`)."""
@@ -58,7 +61,7 @@ def check_plans(config: Any, work: Workload, plans: Sequence[DevicePlan]) -> Non
 
 
 def sharded_refusal(
-    config: Any, work: Workload, devices: Sequence[DevicePlan], ranks: int
+    config: TrainConfig, work: Workload, devices: Sequence[DevicePlan], ranks: int
 ) -> str | None:
     """The first agent of a worker-group `config` whose busiest phase on one of its `ranks`
     GPUs exceeds the usable memory, as one line naming the option to change; None when every
@@ -72,7 +75,7 @@ def sharded_refusal(
 
 
 def _agent_refusal(
-    config: Any,
+    config: TrainConfig,
     work: Workload,
     device: DevicePlan,
     agent: tuple[int, str, PolicyPlan],
@@ -98,7 +101,7 @@ def _agent_refusal(
 
 
 def _per_gpu_phases(
-    config: Any,
+    config: TrainConfig,
     work: Workload,
     device: DevicePlan,
     agent: tuple[int, str, PolicyPlan],

@@ -33,10 +33,13 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from algorithms.training.ray.options import parse_ray_options
 from graft_env.policies.options import HFPolicyOptions
+
+if TYPE_CHECKING:
+    from algorithms.training.run_config import TrainConfig
 
 GIB = 2**30
 RESERVE_BYTES = 2 * GIB
@@ -488,7 +491,7 @@ def agent_device(options: HFPolicyOptions, index: int, backend: str) -> str:
     return "cuda:0" if options.device == "cuda" else options.device
 
 
-def run_workload(config: Any, prompt_tokens: int) -> Workload:
+def run_workload(config: TrainConfig, prompt_tokens: int) -> Workload:
     """What a step of `config` (a `TrainConfig`) asks of each policy."""
     from algorithms import configure
 
@@ -498,7 +501,7 @@ def run_workload(config: Any, prompt_tokens: int) -> Workload:
     return Workload(prompt_tokens, response, max(rows, 1), reference=algorithm.kl_coef > 0)
 
 
-def plan_run(config: Any, work: Workload, capacity: float, gpus: int) -> list[DevicePlan]:
+def plan_run(config: TrainConfig, work: Workload, capacity: float, gpus: int) -> list[DevicePlan]:
     """Every GPU device's plan for `config` (a `TrainConfig`) on `gpus` devices of
     `capacity` bytes each; CPU agents are not planned. Raises ValueError (one line) when the
     config names a GPU that is not there."""
