@@ -508,3 +508,33 @@ def test_contrast_replicates_are_paired_contrasts_bootstrap():
     assert (found.seeds, found.problems) == (boot.seeds, boot.problems) == (5, 24)
     other = contrast_replicates(*args, resamples=500, seed=[7, 1])
     assert not np.array_equal(other.values, found.values)  # another stream
+
+
+def test_a_supported_gain_is_read_against_the_null_controls():
+    """Section 4's artefact reading: a supported gain (H1 or a dose row) with a null above 0 is
+    an artefact; with a null not run it cannot be checked (None, and the text says so)."""
+    from benchmarks.study.gap.paper import _artefact_note, artefact
+
+    def null(name: str, verdict: str, mean: float) -> dict:
+        return {
+            "contrast": name,
+            "scope": "pooled",
+            "verdict": verdict,
+            "bootstrap": {"mean": mean},
+        }
+
+    gain = {"D gap-d30 GRAFT": "supported", "H1": "unresolved"}
+    held = [null("N1", "supported", 0.1), null("N2", "supported", -0.2)]
+    failed = [null("N1", "supported", 0.1), null("N2", "refuted", 1.5)]
+    verdicts = {e["contrast"]: e["verdict"] for e in held}
+    assert artefact([], gain) is None
+    assert "N1, N2 not run" in _artefact_note([], gain)
+    assert artefact(held, {**gain, **verdicts}) is False
+    failed_v = {e["contrast"]: e["verdict"] for e in failed}
+    assert artefact(failed, {**gain, **failed_v}) is True
+    assert "N2 above 0" in _artefact_note(failed, {**gain, **failed_v})
+    # a null refuted below 0 is no artefact of a gain; no supported gain, nothing to read
+    below = [null("N1", "supported", 0.1), null("N2", "refuted", -1.5)]
+    assert artefact(below, {**gain, **{e["contrast"]: e["verdict"] for e in below}}) is False
+    assert artefact(failed, {"H1": "unresolved", **failed_v}) is False
+    assert _artefact_note(failed, {"H1": "unresolved", **failed_v}) == ""

@@ -153,6 +153,8 @@ def render(report: Mapping[str, Any]) -> str:
         "in gap-d0, gap-d5, gap-d15, gap-d30)), and the slope's replicates are the sums of "
         "the doses' replicates. Its t-interval and MDE are over the per-seed slopes.",
         "",
+        _multiplicity_line(report["contrasts"]),
+        "",
     ]
     for e in report["contrasts"]:
         if e["hypothesis"] == "H2" and e.get("doses_missing"):
@@ -175,6 +177,16 @@ def render(report: Mapping[str, Any]) -> str:
     lines += _first_step_lines(report["first_steps"])
     lines += _provenance_lines(report["provenance"])
     return "\n".join(lines) + "\n"
+
+
+def _multiplicity_line(contrasts: Sequence[Mapping[str, Any]]) -> str:
+    ran = sum(e["verdict"] != "not run" for e in contrasts)
+    return (
+        f"No adjustment for multiplicity (section 5): {ran} of {len(contrasts)} rows (contrast "
+        "x scope, dose rows included) ran, each at 95 %, so about one in twenty rows without an "
+        "effect reads supported or refuted by chance; rows that subtract the same cells (every "
+        "arm - GRPO n=8 at one dose) are not independent confirmations of each other."
+    )
 
 
 def _funnel_lines(data: Mapping[str, Mapping[str, Any]]) -> list[str]:
@@ -245,7 +257,8 @@ def _provenance_lines(provenance: Mapping[str, Any]) -> list[str]:
     lines = [
         "## Provenance",
         "",
-        f"- this machine: {machine.get('cpu')}; SIMD flags {machine.get('cpu_flags')}; torch "
+        "- the machine this report ran on (not necessarily the cells'): "
+        f"{machine.get('cpu')}; SIMD flags {machine.get('cpu_flags')}; torch "
         f"{machine.get('torch')} ({machine.get('torch_cpu_capability')} kernels), oneDNN "
         f"{machine.get('onednn')}, MKL {machine.get('mkl')}",
         "- the cells' code: "

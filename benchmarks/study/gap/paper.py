@@ -1,5 +1,5 @@
 """Section 6 of the gap study: each claim of the paper against the contrasts' verdicts
-(agree, disagree, unresolved, not run), and whether a dose-0 gain reads as an artefact."""
+(agree, disagree, unresolved, not run), and whether a supported gain reads as an artefact."""
 
 from __future__ import annotations
 
@@ -90,7 +90,29 @@ def against_paper(
     ]
     dose = [f"{name} {v[name]}" for name in v if name.startswith(("H2", "H3"))]
     nulls = [f"{name} {v.get(name, 'not run')}" for name in ("N1", "N2")]
-    failed_null = [
+    claims.append(
+        {
+            "claim": "when exchange helps (the dose-response)",
+            "paper": "no dose-response in the paper",
+            "here": "; ".join(dose + nulls) + _artefact_note(entries, v),
+            "agreement": "–",
+            "artefact": artefact(entries, v),
+        }
+    )
+    return claims
+
+
+def _gains(v: Mapping[str, str]) -> list[str]:
+    """The supported exchange-arm gains over GRPO n=8: H1 / H1f / H1w (the registered reading)
+    and the dose-response rows "D <dose> <arm>" (the same reading extended, stated as such)."""
+    return [
+        n for n in v if (n in ("H1", "H1f", "H1w") or n.startswith("D ")) and v[n] == "supported"
+    ]
+
+
+def _failed_nulls(entries: Sequence[Mapping[str, Any]], v: Mapping[str, str]) -> list[str]:
+    """N1 / N2 whose pooled interval excludes 0 above it: exchange "gains" with nothing to carry."""
+    return [
         e["contrast"]
         for e in entries
         if e["contrast"] in ("N1", "N2")
@@ -99,23 +121,36 @@ def against_paper(
         and e["bootstrap"]
         and e["bootstrap"]["mean"] > 0
     ]
-    artefact = "supported" in dose0 and bool(failed_null)
-    claims.append(
-        {
-            "claim": "when exchange helps (the dose-response)",
-            "paper": "no dose-response in the paper",
-            "here": "; ".join(dose + nulls)
-            + (
-                f"; a supported dose-0 gain with {', '.join(failed_null)} above 0 is read as an "
-                "artefact of the exchange path, not transfer of the procedure (section 4)"
-                if artefact
-                else ""
-            ),
-            "agreement": "–",
-            "artefact": artefact,
-        }
-    )
-    return claims
+
+
+def artefact(entries: Sequence[Mapping[str, Any]], v: Mapping[str, str]) -> bool | None:
+    """Section 4: a supported gain with a failed null (N1 or N2 above 0) reads as an artefact
+    of the exchange path. None when a gain is supported but a null has not run (not checkable),
+    else whether some gain is supported and some null failed."""
+    gains, failed = _gains(v), _failed_nulls(entries, v)
+    if gains and not failed and any(v.get(n, "not run") == "not run" for n in ("N1", "N2")):
+        return None
+    return bool(gains and failed)
+
+
+def _artefact_note(entries: Sequence[Mapping[str, Any]], v: Mapping[str, str]) -> str:
+    gains, failed = _gains(v), _failed_nulls(entries, v)
+    if not gains:
+        return ""
+    rows = ", ".join(gains)
+    if failed:
+        return (
+            f"; supported gains ({rows}) with {', '.join(failed)} above 0 are read as an artefact "
+            "of the exchange path, not transfer of the procedure (section 4; registered for H1, "
+            "applied to the dose rows alike)"
+        )
+    missing = [n for n in ("N1", "N2") if v.get(n, "not run") == "not run"]
+    if missing:
+        return (
+            f"; artefact check not possible for the supported gains ({rows}): "
+            f"{', '.join(missing)} not run"
+        )
+    return f"; the nulls hold: the supported gains ({rows}) are not read as an artefact"
 
 
 def _rollout_share(scores: Sequence[Mapping[str, Any]]) -> float | None:
