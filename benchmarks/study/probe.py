@@ -11,6 +11,7 @@ prompts kept after balancing, the transferred responses passing the compatibilit
 (admitted / transferred) and their mean compatibility score s, and the peer's share of
 the receiver's informative responses (non-zero advantage, non-zero weight, in the policy
 gradient), by count and by weight x |advantage| (what the compatibility weights leave).
+It judges the pre-registration's thresholds T1-T3 per direction (`thresholds`).
 Step 0 is the untrained pair; later steps follow updates exactly as a study cell's first
 steps do. The step seconds are measured too (the study's compute estimate).
 """
@@ -96,6 +97,27 @@ def summarise(steps: Sequence[Mapping[str, object]]) -> dict[str, dict[str, floa
     }
 
 
+THRESHOLDS = {"T1": 3.0, "T2": 0.5, "T3": 0.5}
+"""The pre-registration's build thresholds (docs/study/GAP-PREREGISTRATION.md, section 1),
+judged on the means over the probe's steps in each direction."""
+
+
+def thresholds(mean: Mapping[str, Mapping[str, float]]) -> dict[str, dict[str, bool | None]]:
+    """Per direction `source->receiver`: T1 gate candidates >= 3 per step; T2 floor pass >= 50 %
+    (None when nothing was transferred); T3 the peer's all-pass share <= 50 % (the reverse
+    direction's `receiver_all_pass`). A build meets them if every value is True."""
+    judged: dict[str, dict[str, bool | None]] = {}
+    for name, row in mean.items():
+        source, receiver = name.split("->")
+        floor = row["floor_pass"]
+        judged[name] = {
+            "T1": row["gate_candidates"] >= THRESHOLDS["T1"],
+            "T2": None if np.isnan(floor) else floor >= THRESHOLDS["T2"],
+            "T3": mean[f"{receiver}->{source}"]["receiver_all_pass"] <= THRESHOLDS["T3"],
+        }
+    return judged
+
+
 def probe_config(
     base: Mapping[str, object], models: Mapping[str, str], seed: int, steps: int, run_dir: Path
 ) -> dict[str, object]:
@@ -169,6 +191,7 @@ def probe(
         "seed": seed,
         "steps": records,
         "mean": summarise(records),
+        "thresholds": thresholds(summarise(records)),
     }
 
 
@@ -184,6 +207,11 @@ def format_probe(result: Mapping[str, object]) -> str:
     ]
     for name, row in result["mean"].items():
         lines.append(f"{name:<22}" + "".join(f"{row[f]:>18.3f}" for f in fields))
+    for name, judged in result["thresholds"].items():
+        verdicts = ", ".join(
+            f"{t} {'n/a' if ok is None else 'pass' if ok else 'FAIL'}" for t, ok in judged.items()
+        )
+        lines.append(f"thresholds {name}: {verdicts}")
     seconds = [s["seconds"] for s in result["steps"]]
     lines.append(f"step seconds: {', '.join(f'{s:.1f}' for s in seconds)}")
     return "\n".join(lines)

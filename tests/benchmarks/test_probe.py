@@ -92,3 +92,22 @@ def test_bad_input_fails_before_any_model_loads():
         probe.probe("tiny-pair", steps=0)
     with pytest.raises(ConfigError, match="batch_size"):
         probe.probe("gap-weak", steps=1, overrides=["env.batch_size=0"])  # not built: not built
+
+
+def test_the_thresholds_are_judged_per_direction_on_the_reverse_all_pass():
+    """T1 >= 3 candidates, T2 >= 50 % floor pass (n/a with nothing transferred), T3: the
+    peer's all-pass share, which is the reverse direction's receiver_all_pass, <= 50 %."""
+
+    def row(candidates: float, floor: float, all_pass: float) -> dict[str, float]:
+        return {"gate_candidates": candidates, "floor_pass": floor, "receiver_all_pass": all_pass}
+
+    mean = {"a->b": row(3.0, 0.5, 0.6), "b->a": row(2.9, math.nan, 0.1)}
+    judged = probe.thresholds(mean)
+    # a->b: receiver b; its peer a's all-pass share is b->a's receiver_all_pass (0.1)
+    assert judged["a->b"] == {"T1": True, "T2": True, "T3": True}
+    assert judged["b->a"] == {"T1": False, "T2": None, "T3": False}
+
+
+def test_the_probe_result_judges_its_own_means(result):
+    assert result["thresholds"] == probe.thresholds(result["mean"])
+    assert "thresholds " in probe.format_probe(result)
