@@ -184,14 +184,15 @@ def probe(
             if on_step is not None:
                 on_step(record)
             records.append(step_funnel(record))
+    mean = summarise(records)
     return {
         "pair": pair,
         "models": {name: str(path) for name, path in paths.items()},
         "algorithm": run.algorithm,
         "seed": seed,
         "steps": records,
-        "mean": summarise(records),
-        "thresholds": thresholds(summarise(records)),
+        "mean": mean,
+        "thresholds": thresholds(mean),
     }
 
 

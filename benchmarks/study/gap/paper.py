@@ -90,13 +90,14 @@ def against_paper(
     ]
     dose = [f"{name} {v[name]}" for name in v if name.startswith(("H2", "H3"))]
     nulls = [f"{name} {v.get(name, 'not run')}" for name in ("N1", "N2")]
+    reading, note = _artefact_reading(entries, v)
     claims.append(
         {
             "claim": "when exchange helps (the dose-response)",
             "paper": "no dose-response in the paper",
-            "here": "; ".join(dose + nulls) + _artefact_note(entries, v),
+            "here": "; ".join(dose + nulls) + note,
             "agreement": "–",
-            "artefact": artefact(entries, v),
+            "artefact": reading,
         }
     )
     return claims
@@ -127,30 +128,34 @@ def artefact(entries: Sequence[Mapping[str, Any]], v: Mapping[str, str]) -> bool
     """Section 4: a supported gain with a failed null (N1 or N2 above 0) reads as an artefact
     of the exchange path. None when a gain is supported but a null has not run (not checkable),
     else whether some gain is supported and some null failed."""
-    gains, failed = _gains(v), _failed_nulls(entries, v)
-    if gains and not failed and any(v.get(n, "not run") == "not run" for n in ("N1", "N2")):
-        return None
-    return bool(gains and failed)
+    return _artefact_reading(entries, v)[0]
 
 
 def _artefact_note(entries: Sequence[Mapping[str, Any]], v: Mapping[str, str]) -> str:
+    return _artefact_reading(entries, v)[1]
+
+
+def _artefact_reading(
+    entries: Sequence[Mapping[str, Any]], v: Mapping[str, str]
+) -> tuple[bool | None, str]:
+    """(`artefact`, the sentence the dose-response claim ends with)."""
     gains, failed = _gains(v), _failed_nulls(entries, v)
     if not gains:
-        return ""
+        return False, ""
     rows = ", ".join(gains)
     if failed:
-        return (
+        return True, (
             f"; supported gains ({rows}) with {', '.join(failed)} above 0 are read as an artefact "
             "of the exchange path, not transfer of the procedure (section 4; registered for H1, "
             "applied to the dose rows alike)"
         )
     missing = [n for n in ("N1", "N2") if v.get(n, "not run") == "not run"]
     if missing:
-        return (
+        return None, (
             f"; artefact check not possible for the supported gains ({rows}): "
             f"{', '.join(missing)} not run"
         )
-    return f"; the nulls hold: the supported gains ({rows}) are not read as an artefact"
+    return False, f"; the nulls hold: the supported gains ({rows}) are not read as an artefact"
 
 
 def _rollout_share(scores: Sequence[Mapping[str, Any]]) -> float | None:
