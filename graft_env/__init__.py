@@ -13,6 +13,7 @@ policies/         language-model policies behind one small interface
 prompts           the paper's prompt template (GRAFT-SPEC §10)
 rewards/          the verifiable reward: last \\boxed{} answer, math-verify in worker processes
 schema            typed options: constrained field types, their checks, one-line errors
+suggest           "did you mean": the closest valid names to a mistyped one, for errors
 threads           CPU threads: torch's count and OpenMP's waiting, chosen before torch starts
 types             the data between stages: rollouts, transferred groups, train batches
 """
