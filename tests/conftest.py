@@ -1,4 +1,5 @@
-"""Fixtures every test folder shares: where the real benchmark files are, one torch thread
+"""Fixtures every test folder shares: hypothesis's profiles, where the real benchmark files are,
+one torch thread
 (tiny models run much faster on one thread when the 2 cores are shared), and for the
 evaluation and comparison tests a tiny random-init policy, a scripted Policy test double
 and the shared verifier pool.
@@ -8,6 +9,13 @@ project root (see that folder's README); `$GRAFT_DATA_DIR` points elsewhere. The
 model is built like tests/graft_env/policies/conftest.py does (random init, saved to a
 temporary directory, loaded through the real HFPolicy path) but with room for a real
 MATH500 prompt (1,024 positions).
+
+Hypothesis runs derandomized by default (profile "default"): each test draws the examples its
+own source fixes, no database replays old failures and no deadline or health check reads the
+clock, so `python -m pytest -q` gives one verdict per commit on any machine. Profile
+"explore" draws new examples from `--hypothesis-seed` (.ci/run passes one derived from the
+commit and prints it): `python -m pytest -q -m hypothesis --hypothesis-profile=explore
+--hypothesis-seed=N` reruns a failure found there.
 """
 
 from __future__ import annotations
@@ -21,12 +29,24 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from hypothesis import HealthCheck, settings
 
 from graft_env.data import Problem
 from graft_env.policies import Generation, HFPolicy, HFPolicyOptions, SamplingParams
 from graft_env.policies.tiny.models import TinyShape, build_model
 from graft_env.policies.tiny.tokenizer import CHATML_STYLE, train_tokenizer
 from graft_env.rewards import VerifierPool, default_pool
+
+_NO_CLOCK = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow]}
+settings.register_profile("default", derandomize=True, database=None, **_NO_CLOCK)
+settings.register_profile("explore", derandomize=False, database=None, print_blob=True, **_NO_CLOCK)
+settings.load_profile("default")
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    seed = config.getoption("hypothesis_seed", None)
+    return f"hypothesis: profile {settings.get_current_profile_name()}, seed {seed}"
+
 
 DEFAULT_DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 

@@ -299,5 +299,6 @@ def reference_kl(
     """
     kept = _token_mask(new_logp, ref_logp, mask)
     log_ratio = torch.where(kept, ref_logp.detach() - new_logp, 0.0).clamp(-20.0, 20.0)
-    kl = (torch.exp(log_ratio) - log_ratio - 1.0).clamp(-10.0, 10.0)
+    # expm1(x) - x: exp(x) - x - 1 cancels below 0 for |x| ~ 1e-11 (same value and gradient)
+    kl = (torch.expm1(log_ratio) - log_ratio).clamp(-10.0, 10.0)
     return torch.where(kept, kl, 0.0)

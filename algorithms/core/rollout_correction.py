@@ -64,8 +64,8 @@ def correction_weights(
     `above_cap_share` and `below_floor_share` (ratio > cap, ratio < 1/cap: what truncate
     caps and what mask drops, whatever the mode). Over tokens: `logp_diff_mean` and
     `logp_diff_max` (|trainer - engine|) and `kl_k3`, the k3 estimate of KL(engine ||
-    trainer) from the engine's samples, mean of exp(d) - d - 1 >= 0 (verl's
-    `mismatch_k3_kl`). `tokens` and `responses` count what was measured.
+    trainer) from the engine's samples, mean of exp(d) - d - 1 >= 0, computed as expm1(d) - d
+    (verl's `mismatch_k3_kl`). `tokens` and `responses` count what was measured.
     """
     engine, trainer, kept = _inputs(engine_logp, trainer_logp, mask)
     if mode not in MODES:
@@ -126,7 +126,9 @@ def _weights(log_ratio: np.ndarray, mode: str, cap: float) -> np.ndarray:
 def _mismatch(diff: np.ndarray, kept: np.ndarray) -> dict[str, float]:
     """How far the engine's log-probs are from the trainer's, over the kept tokens."""
     bounded = np.clip(diff, -LOG_RATIO_BOUND, LOG_RATIO_BOUND)
-    k3 = np.exp(bounded) - bounded - 1.0
+    # expm1(d) - d, not exp(d) - d - 1: for |d| ~ 1e-11 the latter cancels to -1e-16 < 0, while
+    # a faithfully rounded expm1(d) is never below d, so each term is >= 0 exactly
+    k3 = np.expm1(bounded) - bounded
     size = np.abs(diff)
     return {
         "logp_diff_mean": _mean(size, kept),

@@ -159,6 +159,12 @@ class VerifierPool:
         """Process ids of the current workers (they change when a worker is replaced)."""
         return [worker.process.pid for worker in self._workers]
 
+    @property
+    def running_jobs(self) -> int:
+        """How many workers are running an item now (read without the batch lock, so another
+        thread can watch a batch in progress)."""
+        return sum(worker.job is not None for worker in self._workers)
+
     def close(self) -> None:
         """Stop all workers; further ``verify_batch`` calls raise. Idempotent."""
         with self._lock:

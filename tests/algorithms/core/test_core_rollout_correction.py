@@ -113,6 +113,17 @@ def test_mismatch_metrics_are_those_of_the_kept_tokens(batch, mode, level, cap):
         assert metrics["kl_k3"] == pytest.approx(np.mean(np.exp(diff) - diff - 1), abs=1e-12)
 
 
+def test_k3_of_a_tiny_mismatch_is_not_negative():
+    # log-probs ~1e-11 apart (hypothesis found 6.8e-12 on a fresh clone): exp(d) - d - 1
+    # cancels to -1.1e-16 < 0 on both of these tokens; expm1(d) - d is >= 0 for every d
+    engine = np.array([[-1.0, -0.25]])
+    trainer = np.array([[-0.9999999999999915, -0.24999999995116853]])
+    diff = trainer - engine
+    assert np.all(np.exp(diff) - diff - 1.0 < 0)  # the example still shows the cancellation
+    metrics = correction_weights(engine, trainer, np.ones((1, 2)), "monitor", "token", 2.0).metrics
+    assert 0.0 <= metrics["kl_k3"] < 1e-20
+
+
 @SETTINGS
 @given(batch=batches(), level=levels, cap=caps)
 def test_monitor_weighs_nothing_but_measures_what_truncate_and_mask_would_do(batch, level, cap):

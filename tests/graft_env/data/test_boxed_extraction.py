@@ -91,6 +91,8 @@ def test_arbitrary_text_never_raises(text: str) -> None:
     ids=["long-prefix", "many-open-boxes", "open-braces", "many-boxes", "long-spaces"],
 )
 def test_linear_time_on_megabyte_input(text: str) -> None:
+    # A hang guard, not a speed test: a quadratic scan of 1 MB (~1e12 steps) runs for hours,
+    # the linear one for milliseconds, so no machine's load comes near the bound.
     start = time.perf_counter()
     extract_last_boxed(text)
-    assert time.perf_counter() - start < 2.0
+    assert time.perf_counter() - start < 60.0
