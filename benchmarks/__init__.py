@@ -17,6 +17,7 @@ cli               the `graft` command line: one entry point, one subcommand per 
 commands/         the job subcommands: `graft X` is `commands/X.py` (config, data: in cli)
 compare/          comparison grids behind `graft compare`: grid, cells, claims, reports, plots
 perf/             the measurement scripts behind the README's performance figures
+reference         the generated docs: the README's registry table, the configuration reference
 study/            the pre-registered studies' reports: statistics, plots, verdicts
 """
 
