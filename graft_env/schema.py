@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import re
 import typing
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any
@@ -137,7 +138,13 @@ def describe_error(error: Mapping[str, Any], valid_keys: Sequence[str] = ()) -> 
         limit = next(iter(ctx.values()))
         return f"{where}: {value!r} must be {op} {limit:g}"
     if kind == "literal_error":
-        return f"{where}: {value!r} is not one of {ctx['expected'].replace(' or ', ', ')}"
+        expected = ctx["expected"]
+        meant = (
+            did_you_mean(value, re.findall(r"'([^']*)'", expected))
+            if isinstance(value, str)
+            else ""
+        )
+        return f"{where}: {value!r} is not one of {expected.replace(' or ', ', ')}{meant}"
     if kind in ("dataclass_type", "dict_type", "mapping_type", "model_type"):
         return f"{where}: expected a mapping, got {type(value).__name__}"
     if kind in ("too_short", "too_long"):

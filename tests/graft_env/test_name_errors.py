@@ -1,6 +1,6 @@
-"""A mistyped name (config key, option, dataset, split, model) is one line that lists what is
-valid and, when a valid name is close, says which was meant; a name close to nothing gets no
-guess, and a hub id or an existing path is never taken for a typo."""
+"""A mistyped name (config key, option, choice, dataset, split, model) is one line that lists
+what is valid and, when a valid name is close, says which was meant; a name close to nothing
+gets no guess, and a hub id or an existing path is never taken for a typo."""
 
 from __future__ import annotations
 
@@ -33,6 +33,10 @@ class Knobs:
         ("algorithm_options.dleta=0.5", "algorithm_options.dleta: unknown option; valid: n, "),
         ("algorithm_options.dleta=0.5", "; did you mean 'delta'?"),
         ("sampling.top_k=5", "; did you mean 'top_p'?"),
+        ("rollout_correction.mode=trunc", "'trunc' is not one of 'monitor', 'truncate', 'mask';"),
+        ("rollout_correction.mode=trunc", "; did you mean 'truncate'?"),
+        ("backend=rey", "backend: 'rey' is not one of 'local', 'ray'; did you mean 'ray'?"),
+        ("algorithm_options.order=peer_lats", "did you mean 'peer_last' or 'peer_first'?"),
     ],
 )
 def test_a_mistyped_config_key_says_which_was_meant(override, message):
@@ -44,6 +48,8 @@ def test_a_mistyped_config_key_says_which_was_meant(override, message):
 def test_a_key_close_to_nothing_gets_no_guess():
     with pytest.raises(ConfigError, match=r"^zzzz: unknown key; valid: [a-z_, ]+$"):
         config_from_dict(BASE, ["zzzz=1"])
+    with pytest.raises(ConfigError, match=r"^backend: 'zzzz' is not one of 'local', 'ray'$"):
+        config_from_dict(BASE, ["backend=zzzz"])
     with pytest.raises(OptionError, match=r"^Knobs\.qqq: unknown option; valid: batch_size, seed$"):
         check_options(Knobs, {"qqq": True}, "Knobs")
 
