@@ -134,7 +134,8 @@ def _groups(shown: Sequence[ShownKey]) -> list[list[ShownKey]]:
 
 
 def _group_text(group: Sequence[ShownKey], width: int) -> str:
-    """A group's title, then per key `key  type  default` and its help wrapped below it."""
+    """A group's title, then per key `key  type  default` (aligned in columns where that
+    fits the width) and its help wrapped below it."""
     first = group[0]
     title = first.section
     if first.section == ALGORITHM_SECTION:
@@ -142,17 +143,29 @@ def _group_text(group: Sequence[ShownKey], width: int) -> str:
         title += f" (strategy {owners})" if owners else " (every algorithm)"
     cells = [(key.row.key, key.row.type, key.row.default_text) for key in group]
     widths = [max(len(cell[i]) for cell in cells) for i in range(2)]
+    wrap = max(width, len(HELP_INDENT) + 20)  # a few words a line on any terminal
     lines = [title]
     for key, (name, kind, default) in zip(group, cells, strict=True):
-        lines.append(f"  {name.ljust(widths[0])}  {kind.ljust(widths[1])}  {default}".rstrip())
-        if key.row.help:
-            wrap = max(width, len(HELP_INDENT) + 20)  # a few words a line on any terminal
-            lines += textwrap.wrap(
-                key.row.help,
-                wrap,
-                initial_indent=HELP_INDENT,
-                subsequent_indent=HELP_INDENT,
-                break_long_words=False,  # a long key or path stays whole
-                break_on_hyphens=False,  # and `log-probs` too
-            )
+        forms = (  # the first that fits: both columns aligned, the key's, neither
+            f"  {name.ljust(widths[0])}  {kind.ljust(widths[1])}  {default}",
+            f"  {name.ljust(widths[0])}  {kind}  {default}",
+            f"  {name}  {kind}  {default}",
+        )
+        fitting = [form for form in forms if len(form) <= wrap]
+        # else the type and default go on a line of their own
+        lines += fitting[:1] or [f"  {name}", *_wrapped(f"{kind}  {default}", wrap)]
+        lines += _wrapped(key.row.help, wrap)
     return "\n".join(lines)
+
+
+def _wrapped(text: str, width: int) -> list[str]:
+    """Help text indented under its key, in lines of at most `width` characters where its
+    words allow."""
+    return textwrap.wrap(
+        text,
+        width,
+        initial_indent=HELP_INDENT,
+        subsequent_indent=HELP_INDENT,
+        break_long_words=False,  # a long key or path stays whole
+        break_on_hyphens=False,  # and `log-probs` too
+    )

@@ -74,8 +74,9 @@ def test_text_groups_by_section_and_strategy_and_wraps_to_the_terminal(capsys, m
         assert {shown[key]["section"] for key in keys} == {lines[0].split()[0]}, lines[0]
         listed += keys
     assert sorted(listed) == sorted(shown)  # every key once
-    helps = [line for lines in groups for line in lines if line.startswith(" " * 6)]
-    assert helps and all(len(line) <= 72 for line in helps)
+    assert max(len(line) for line in text.splitlines()) <= 72  # help and keys alike
+    narrow = _show(capsys, monkeypatch, "--section", "agents", columns=50)
+    assert max(len(line) for line in narrow.splitlines()) <= 50
     graft = groups[titles.index("algorithm_options (strategy 'graft')")]
     assert graft[1].split()[0] == "algorithm_options.selection"
     wide = _show(capsys, monkeypatch, columns=200)
