@@ -56,7 +56,9 @@ def _cmd_data_show(args: argparse.Namespace) -> int:
 
 
 def _cmd_config_show(args: argparse.Namespace) -> int:
-    print("\n".join(_schema(args.grid)))
+    from benchmarks.commands.config_show import filtered, render, shown_keys
+
+    print(render(filtered(shown_keys(args.grid), args.section, args.strategy), args.format))
     return 0
 
 
@@ -79,23 +81,6 @@ def _cmd_config_validate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _schema(grid: bool) -> list[str]:
-    """The run-config (or grid-file) schema lines, aligned in columns."""
-    from algorithms.storage.yaml_schema import schema_lines
-
-    if grid:
-        from benchmarks.compare.grid import GridFile as schema
-    else:
-        from algorithms.training.run_config import TrainConfig as schema
-    lines = schema_lines(schema)
-    rows = [line.split("  ", 3) for line in lines]
-    widths = [max(len(row[i]) for row in rows if len(row) > i) for i in range(3)]
-    return [
-        "  ".join(cell.ljust(w) for cell, w in zip(row, [*widths, 0], strict=False)).rstrip()
-        for row in rows
-    ]
-
-
 def _summary(module: str) -> str:
     """A command's one-line help: its module docstring's first line after the colon
     ("`graft train`: run ..." -> "run ..."), read without importing the module."""
@@ -110,8 +95,17 @@ def _summary(module: str) -> str:
 def _add_config_parser(commands: argparse._SubParsersAction) -> None:
     config = commands.add_parser("config", help="print the config schema or check a config file")
     sub = config.add_subparsers(dest="config_command", required=True)
-    show = sub.add_parser("show", help="every run-config key with its type, default and help")
+    show = sub.add_parser(
+        "show", help="every run-config key with its type, default and help, by section"
+    )
     show.add_argument("--grid", action="store_true", help="the grid-file schema (graft compare)")
+    show.add_argument("--section", help="only this section's keys (env, agents, top-level, ...)")
+    show.add_argument("--strategy", help="only the algorithm options this strategy declares")
+    show.add_argument(
+        "--format",
+        default="text",
+        help="text (grouped, wrapped to the terminal), lines (one per key, for grep), json",
+    )
     show.set_defaults(func=_cmd_config_show)
     check = sub.add_parser(
         "validate", help="check a run config (or --grid file) without loading any model"
@@ -151,8 +145,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     if command == "train":  # `graft train --help` lists the config keys
         train = commands.choices["train"]
         train.formatter_class = argparse.RawDescriptionHelpFormatter
+        from benchmarks.commands.config_show import aligned_lines, shown_keys
+
+        rows = [key.row for key in shown_keys()]
         train.epilog = "config keys (graft config show; --set KEY=VALUE):\n  " + "\n  ".join(
-            _schema(grid=False)
+            aligned_lines(rows)
         )
     return parser
 

@@ -7,7 +7,8 @@ it does. `check_options` checks values against those types (pydantic, strict: no
 no 8.5 or true for an int; an int is a valid float and is kept as given), and every mistake
 is one line, `<where>.<key>: <what is wrong>` (`describe_error`), `where` being the class
 (`HFPolicyOptions.lr: ...`) or, from a config file, the full key path
-(`agents.1.options.lr: ...`, `OptionError.at`). No torch here, and nothing from `algorithms`.
+(`agents.1.options.lr: ...`, `OptionError.at`); an unknown name lists the valid ones and the
+closest, `did you mean` (`unknown_name`). No torch here, and nothing from `algorithms`.
 """
 
 from __future__ import annotations
@@ -15,11 +16,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import re
 import typing
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, ConfigDict, Field, Strict, ValidationError, create_model
+
+from graft_env.suggest import did_you_mean
 
 
 class ConfigError(ValueError):
@@ -38,6 +42,12 @@ class OptionError(ConfigError):
         """The same error found at config key `where` (`agents.0.options`), its key written
         with `prefix` (`vllm_`)."""
         return ConfigError(f"{where}.{prefix}{self.key}: {self.problem}")
+
+
+def unknown_name(what: str, name: str, valid: Sequence[str]) -> str:
+    """The problem part of an unknown-name error: `unknown option; valid: a, b; did you mean
+    'a'?` (the suggestion only when a valid name is close, `graft_env.suggest`)."""
+    return f"unknown {what}; valid: {', '.join(valid)}{did_you_mean(name, valid)}"
 
 
 def require(where: str, key: str, value: object, requirement: str) -> OptionError:
@@ -82,7 +92,8 @@ def check_options(cls: type, values: Mapping[str, Any], where: str) -> None:
     names = [f.name for f in dataclasses.fields(cls)]
     unknown = [key for key in values if key not in names]
     if unknown:
-        raise OptionError(where, str(unknown[0]), f"unknown option; valid: {', '.join(names)}")
+        key = str(unknown[0])
+        raise OptionError(where, key, unknown_name("option", key, names))
     try:
         _fields_model(cls).model_validate(dict(values))
     except ValidationError as invalid:
@@ -114,7 +125,7 @@ def describe_error(error: Mapping[str, Any], valid_keys: Sequence[str] = ()) -> 
     kind, value, ctx = error["type"], error.get("input"), error.get("ctx") or {}
     base = kind.split("_")[0]
     if kind in ("unexpected_keyword_argument", "extra_forbidden"):
-        return f"{where}: unknown key; valid: {', '.join(valid_keys)}"
+        return f"{where}: {unknown_name('key', str(error['loc'][-1]), valid_keys)}"
     if kind in ("missing", "missing_argument", "missing_keyword_argument"):
         return f"{where}: missing (required)"
     if base in _TYPE_WORDS and kind.endswith(("_type", "_parsing", "_from_float")):
@@ -127,7 +138,13 @@ def describe_error(error: Mapping[str, Any], valid_keys: Sequence[str] = ()) -> 
         limit = next(iter(ctx.values()))
         return f"{where}: {value!r} must be {op} {limit:g}"
     if kind == "literal_error":
-        return f"{where}: {value!r} is not one of {ctx['expected'].replace(' or ', ', ')}"
+        expected = ctx["expected"]
+        meant = (
+            did_you_mean(value, re.findall(r"'([^']*)'", expected))
+            if isinstance(value, str)
+            else ""
+        )
+        return f"{where}: {value!r} is not one of {expected.replace(' or ', ', ')}{meant}"
     if kind in ("dataclass_type", "dict_type", "mapping_type", "model_type"):
         return f"{where}: expected a mapping, got {type(value).__name__}"
     if kind in ("too_short", "too_long"):

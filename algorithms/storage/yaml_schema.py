@@ -5,7 +5,7 @@ grid file's `GridFile`): each field's type, with its range (`Positive`, `Share`,
 its help text are written once, on the field. pydantic checks data against them
 (`validate_as`), so every error is one line naming the full key (`env.batch_size: 'abc' is
 not an integer`, `eval.procedural.level: unknown key; valid: difficulty, seed`), and
-`schema_lines` prints them (`graft config show [--grid]`). YAML syntax errors name
+`schema_rows` lists them (`graft config show [--grid]`). YAML syntax errors name
 file:line:column (`parse_yaml`, `read_yaml_mapping`); `--set key=value` overrides address
 nested fields with dots (`apply_override`). Nothing here imports torch.
 """
@@ -135,36 +135,61 @@ def _dataclass_in(hint: Any) -> type | None:
     return None
 
 
-def schema_lines(cls: type, prefix: str = "") -> list[str]:
-    """The schema of dataclass `cls`, one `key  type  default  help` line per field (nested fields
-    dotted, `agents.N.<field>` for list items): what `graft config show` prints. A mapping
-    field whose `metadata["options"]` names option classes (a function returning
+@dataclasses.dataclass(frozen=True)
+class SchemaRow:
+    """One key of a schema as `graft config show` prints it: its dotted key, type as a user
+    reads it (`int >= 1`), default (plain, JSON-ready; None when required) and help."""
+
+    key: str
+    type: str
+    default: Any
+    required: bool
+    help: str
+
+    @property
+    def default_text(self) -> str:
+        return "required" if self.required else f"default {json.dumps(self.default)}"
+
+    def line(self) -> str:
+        """`key  type  default  help`, the one-line form."""
+        return f"{self.key}  {self.type}  {self.default_text}  {self.help}".rstrip()
+
+
+def schema_rows(cls: type, prefix: str = "") -> list[SchemaRow]:
+    """The schema of dataclass `cls`, one row per field (nested fields dotted,
+    `agents.N.<field>` for list items): what `graft config show` prints. A mapping field
+    whose `metadata["options"]` names option classes (a function returning
     `(key_prefix, dataclass)` pairs: `algorithm_options`, `agents.N.options`, `ray`) lists
     their fields under it (`agents.N.options.vllm_max_num_seqs`)."""
-    lines = []
+    rows = []
     hints = typing.get_type_hints(cls, include_extras=True)
     for f in dataclasses.fields(cls):
         hint = hints[f.name]
         nested = _dataclass_in(hint)
         if nested is not None and typing.get_origin(_unannotated(hint)) is tuple:
-            lines += schema_lines(nested, f"{prefix}{f.name}.N.")
+            rows += schema_rows(nested, f"{prefix}{f.name}.N.")
             continue
         if nested is not None and f.default is dataclasses.MISSING:
-            lines += schema_lines(nested, f"{prefix}{f.name}.")
+            rows += schema_rows(nested, f"{prefix}{f.name}.")
             continue
-        if f.default is not dataclasses.MISSING:
-            default = f"default {json.dumps(plain(f.default))}"
-        elif f.default_factory is not dataclasses.MISSING:
-            default = f"default {json.dumps(plain(f.default_factory()))}"
-        else:
-            default = "required"
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        default = None if required else plain(_default(f))
         help_text = f.metadata.get("help", "")
-        lines.append(f"{prefix}{f.name}  {_type_name(hint)}  {default}  {help_text}".rstrip())
+        rows.append(SchemaRow(f"{prefix}{f.name}", _type_name(hint), default, required, help_text))
         if nested is not None:  # an optional section: its fields too
-            lines += schema_lines(nested, f"{prefix}{f.name}.")
+            rows += schema_rows(nested, f"{prefix}{f.name}.")
         for key_prefix, options in f.metadata.get("options", lambda: ())():
-            lines += schema_lines(options, f"{prefix}{f.name}.{key_prefix}")
-    return lines
+            rows += schema_rows(options, f"{prefix}{f.name}.{key_prefix}")
+    return rows
+
+
+def _default(f: dataclasses.Field) -> Any:
+    return f.default if f.default is not dataclasses.MISSING else f.default_factory()
+
+
+def schema_lines(cls: type, prefix: str = "") -> list[str]:
+    """`schema_rows` as `key  type  default  help` lines."""
+    return [row.line() for row in schema_rows(cls, prefix)]
 
 
 def _unannotated(hint: Any) -> Any:

@@ -3,8 +3,9 @@
 Modelled on reasoning-gym's `register_dataset`: a loader is a plain function
 `loader(split, data_dir, **options) -> list[Problem]` registered under a name with
 its splits. `load` checks the name, split and option names before calling it, so
-every mistake in a config gets the same clear message listing what is valid, and
-checks after it that ids are unique, which the trajectory store relies on.
+every mistake in a config gets the same clear message listing what is valid and, when one
+is close, the name that was meant ("did you mean"), and checks after it that ids are
+unique, which the trajectory store relies on.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from graft_env.data.problem import DatasetError, Problem
+from graft_env.suggest import did_you_mean
 
 Loader = Callable[..., list[Problem]]
 
@@ -90,17 +92,21 @@ def load(
     """
     entry = _REGISTRY.get(name)
     if entry is None:
-        raise DatasetError(f"unknown dataset {name!r}; available datasets: {available()}")
+        raise DatasetError(
+            f"unknown dataset {name!r}; available datasets: {available()}"
+            f"{did_you_mean(name, available())}"
+        )
     chosen_split = entry.default_split if split is None else split
     if chosen_split not in entry.splits:
         raise DatasetError(
             f"dataset {name!r} has no split {chosen_split!r}; valid splits: {list(entry.splits)}"
+            f"{did_you_mean(chosen_split, entry.splits)}"
         )
     unknown = [] if entry.options is None else sorted(set(options) - set(entry.options))
     if unknown:
         raise DatasetError(
             f"dataset {name!r} got unknown option(s) {unknown}; valid options: "
-            f"{list(entry.options)}"
+            f"{list(entry.options)}{did_you_mean(unknown[0], entry.options)}"
         )
     problems = entry.loader(chosen_split, data_dir, **options)
     _check_unique_ids(name, chosen_split, problems)

@@ -16,6 +16,7 @@ from graft_env.policies.options import (
     HFPolicyOptions,
     VLLMEngineOptions,
 )
+from graft_env.suggest import did_you_mean
 
 if TYPE_CHECKING:
     from graft_env.policies.hf import HFPolicy
@@ -35,10 +36,27 @@ def model_path(
     path_or_name: str | Path, *, cache_dir: str | Path | None = None, tiny_seed: int = 0
 ) -> Path:
     """The local directory of a built-in name (building or converting it if needed, see
-    `load_policy`), or `path_or_name` itself as a path."""
+    `load_policy`), or `path_or_name` itself as a path. A name that is neither, but close to
+    a built-in one (`tiny-c`), is a one-line ValueError saying which was meant, before
+    anything builds or loads."""
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     builtin = _builtin_path(str(path_or_name), cache, tiny_seed)
+    if builtin is None:
+        check_model_name(path_or_name)
     return Path(path_or_name) if builtin is None else builtin
+
+
+def check_model_name(path_or_name: str | Path) -> None:
+    """Raise a one-line ValueError for a model that is no built-in name and no existing path
+    but close to a built-in name (a typo, not a hub id: `smollm2-135`, `tiny_a`)."""
+    name = str(path_or_name)
+    if name in BUILT_NAMES + REAL_NAMES or Path(name).exists():
+        return
+    meant = did_you_mean(name, BUILT_NAMES + REAL_NAMES)
+    if meant:
+        raise ValueError(
+            f"model {name!r} is neither a built-in model name nor an existing path{meant}"
+        )
 
 
 def _builtin_path(name: str, cache: Path, tiny_seed: int) -> Path | None:
@@ -84,6 +102,7 @@ def load_policy(
     if rollout_backend not in ROLLOUT_BACKENDS:
         raise ValueError(
             f"unknown rollout_backend {rollout_backend!r}; valid: {list(ROLLOUT_BACKENDS)}"
+            f"{did_you_mean(rollout_backend, ROLLOUT_BACKENDS)}"
         )
     engine_keys = [key for key in options if key.startswith(OPTION_PREFIX)]
     engine_options = {key: options.pop(key) for key in engine_keys}

@@ -159,11 +159,11 @@ def test_config_validate_and_show(tmp_path, capsys):
     assert "valid grid 'compare_tiny'" in capsys.readouterr().out
     assert cli.main(["config", "validate", str(_config_file(tmp_path)), "--set", "seed=-1"]) == 2
     assert "seed: -1 must be >= 0" in _one_error_line(capsys, "config")
-    assert cli.main(["config", "show"]) == 0
+    assert cli.main(["config", "show", "--format", "lines"]) == 0
     shown = capsys.readouterr().out.splitlines()
     batch = next(line for line in shown if line.startswith("env.batch_size "))
     assert "int >= 1" in batch and "default 8" in batch and "prompts per step" in batch
-    assert cli.main(["config", "show", "--grid"]) == 0
+    assert cli.main(["config", "show", "--grid", "--format", "lines"]) == 0
     shown_grid = capsys.readouterr().out.splitlines()
     assert any(line.startswith("eval.k ") for line in shown_grid)
     for line in shown + shown_grid:  # key, type, default, help: every key says what it is for

@@ -47,7 +47,7 @@ SECTIONS = {
 
 
 def _shown(capsys) -> list[str]:
-    assert cli.main(["config", "show"]) == 0
+    assert cli.main(["config", "show", "--format", "lines"]) == 0
     return capsys.readouterr().out.splitlines()
 
 
