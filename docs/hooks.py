@@ -4,6 +4,12 @@ A page holding `<!-- generated: NAME -->` gets that marker replaced by `benchmar
 text: `config-reference` (the run-config and grid-file schemas), `registry` (the registry
 table) and `memory-per-phase` (the figure of `graft plan`'s memory plan of MEMORY_CONFIG,
 drawn into the site as MEMORY_PNG). A marker with no generator fails the build.
+
+Links that leave docs/ for the code (`[select_exchange](../algorithms/core/selection.py)`) work
+when the markdown is read in the repository (tests/test_docs_links.py checks they resolve), but
+the site holds no source files: there they become the link's text with its path
+(`select_exchange` (`algorithms/core/selection.py`)), so strict mode still fails on every
+broken link inside the site.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ GENERATORS: dict[str, Callable[[str], str]] = {
     "memory-per-phase": _memory_image,
 }
 MARKER = re.compile(r"<!-- generated: ([\w-]+) -->")
+LINK = re.compile(r"(?<!!)\[([^\]]+)\]\(([^)\s#]+)(#[^)\s]*)?\)")
 
 
 def fill(markdown: str, where: str) -> str:
@@ -50,6 +57,22 @@ def fill(markdown: str, where: str) -> str:
     return MARKER.sub(generated, markdown)
 
 
+def unlink_source(markdown: str, where: str) -> str:
+    """`markdown` (the page at `where`, relative to docs/) with each relative link that leaves
+    docs/ replaced by its text and the repository path it points at."""
+
+    def outside(match: re.Match[str]) -> str:
+        target = match[2]
+        if "://" in target or target.startswith("/"):
+            return match[0]
+        resolved = posixpath.normpath(posixpath.join(posixpath.dirname(where), target))
+        if not resolved.startswith("../"):
+            return match[0]
+        return f"{match[1]} (`{resolved[3:]}`)"
+
+    return LINK.sub(outside, markdown)
+
+
 def on_files(files: Any, config: Any) -> Any:
     """Adds the memory figure to the site's files (mkdocs imported here: the tests load this
     module without the docs extra)."""
@@ -63,4 +86,4 @@ def on_files(files: Any, config: Any) -> Any:
 
 
 def on_page_markdown(markdown: str, page: Any, **kwargs: Any) -> str:
-    return fill(markdown, page.file.src_uri)
+    return unlink_source(fill(markdown, page.file.src_uri), page.file.src_uri)
