@@ -7,6 +7,8 @@ Modules:
 architecture      a decoder's shape from its transformers config, or the paper models' table
 device            one device's plan: its peak, the one-line refusal, the table `graft plan` prints
 launch            what `graft plan` advises about the launch environment (allocator settings)
+lifecycle         one GPU of a worker group per phase of verl's engine lifecycle (load to wake kv)
+reserves          contexts, NCCL, CUDA graphs, allocator slack: named figures with their sources
 run               a run config's plans: agents' options and workload, their devices and plans
 terms             the terms a policy holds per phase (weights, moments, KV, activations, logits)
 """
@@ -21,7 +23,6 @@ from algorithms.training.memory_plan.architecture import (
     paper_architecture,
 )
 from algorithms.training.memory_plan.device import (
-    RESERVE_BYTES,
     DevicePlan,
     assumption_lines,
     check_run,
@@ -30,8 +31,11 @@ from algorithms.training.memory_plan.device import (
 from algorithms.training.memory_plan.launch import (
     ALLOCATOR_SETTING,
     ALLOCATOR_VAR,
-    allocator_hint,
+    VLLM_EXPANDABLE_FIX,
+    allocator_advice,
+    pinned_vllm_floor,
 )
+from algorithms.training.memory_plan.reserves import RESERVE_BYTES
 from algorithms.training.memory_plan.run import (
     LOADER_OPTIONS,
     agent_device,
@@ -65,6 +69,7 @@ __all__ = [
     "PAPER_MODELS",
     "PHASES",
     "RESERVE_BYTES",
+    "VLLM_EXPANDABLE_FIX",
     "Architecture",
     "DevicePlan",
     "PolicyPlan",
@@ -72,7 +77,7 @@ __all__ = [
     "UnknownArchitecture",
     "Workload",
     "agent_device",
-    "allocator_hint",
+    "allocator_advice",
     "architecture_of",
     "assumption_lines",
     "check_run",
@@ -83,6 +88,7 @@ __all__ = [
     "layer_activation_bytes",
     "local_architecture",
     "paper_architecture",
+    "pinned_vllm_floor",
     "plan_policy",
     "plan_run",
     "policy_options",

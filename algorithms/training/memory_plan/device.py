@@ -6,10 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from algorithms.training.memory_plan.reserves import RESERVE_BYTES
 from algorithms.training.memory_plan.terms import GIB, PHASES, PolicyPlan, Workload
 from graft_env.policies.options import HFPolicyOptions
-
-RESERVE_BYTES = 2 * GIB
 
 
 @dataclass(frozen=True)

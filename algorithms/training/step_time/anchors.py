@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from algorithms.training.memory_plan import GIB, Architecture, kv_cache_bytes_per_token
+from algorithms.training.memory_plan import Architecture, kv_cache_bytes_per_token
 from algorithms.training.ray.engine_settings import kv_bytes_per_token
 from graft_env.policies.options import HFPolicyOptions
 
@@ -34,7 +34,6 @@ LINK_EFFICIENCY = 0.7  # A7
 LINK_LATENCY_S = 10e-6  # A5
 VLLM_COMPUTE_EFFICIENCY = 0.5  # A5
 VLLM_STEP_OVERHEAD_S = 2e-3  # A5
-VLLM_WORKSPACE_BYTES = 2 * GIB  # A5
 MIB = 2**20
 SYNC_CALL_S = 5e-3  # A9
 ADAMW_BYTES_PER_PARAM = 28  # A8: read p, g, m, v (fp32), write p, m, v

@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from algorithms.training import memory_plan as mp
+from algorithms.training.memory_plan.reserves import VLLM_WORKSPACE_BYTES
 from algorithms.training.step_estimate import estimate_step
 from algorithms.training.step_time.anchors import (
     GPUS,
@@ -23,7 +24,6 @@ from algorithms.training.step_time.anchors import (
     MEASURED_GPU,
     SYNC_CALL_S,
     VLLM_STEP_OVERHEAD_S,
-    VLLM_WORKSPACE_BYTES,
     gpu_for,
     link_bytes_per_s,
     vllm_kv_bytes_per_token,
