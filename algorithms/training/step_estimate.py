@@ -116,6 +116,16 @@ A11. Under the Ray backend agents run rollout, update and weight sync at the sam
     Verify, scoring (one receiver after the other) and the exchange always run in turn. Not counted:
     checkpoints (every 10 steps), evaluation, start-up, model loading.
 
+- Issue 37 (the estimate's uncertainty): the central figures did not move; `graft plan` now
+  also prints the step at A3's stated bounds (`anchors.MFU_BOUNDS`, 6 % and 25 % MFU against
+  the measured 12.4 %, `estimate_bounds`), the share of the step that rests on the measured
+  rate, and the vLLM rollout as not measured (held fixed in the range). Pair 1 with vLLM:
+  4 x H200 204 s (3.4 min), 77 % of it the update and scoring at the measured rate, 125-369 s
+  (2.1-6.1 min) between the bounds, the slow end past the 6-min target; 4 x H100-80GB 216 s,
+  137-381 s. The vLLM rollout (46 / 58 s) is not measured. `update_s` now takes its rate
+  from its `measured` argument, as scoring did (it used the default whatever it was given; no
+  figure moved).
+
 The target (issue 28): within 1.5 x the paper stack's estimate, i.e. at most 1.5 x 4 min =
 6 min per step (`TARGET_S`); the ratio to the lower end (2.5 min) is reported beside it.
 """
@@ -124,7 +134,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from algorithms.training.step_time.anchors import MEASURED, Gpu, Measured
+from algorithms.training.step_time.anchors import MEASURED, MFU_BOUNDS, Gpu, Measured
 from algorithms.training.step_time.phases import (
     eager_rollout_s,
     exchange_s,
@@ -198,3 +208,21 @@ def estimate_step(
     )
     alternatives = {eager.name: eager, vllm.name: vllm, sync.name: sync}
     return StepEstimate(gpu, tuple(agents), phases, alternatives)
+
+
+def estimate_bounds(
+    agents: Sequence[Agent],
+    gpu: Gpu,
+    work: StepWorkload | None = None,
+    kv_available: Sequence[float | None] | None = None,
+    together: bool = True,
+) -> tuple[StepEstimate, StepEstimate]:
+    """The step at A3's bounds on the training rate (`MFU_BOUNDS`): (fast, slow), the
+    estimate with every training term at the high and at the low MFU; the terms that do not
+    rest on it (decoding, vLLM, the sync, verify, exchange) are those of `estimate_step`."""
+    low, high = MFU_BOUNDS
+    fast, slow = (
+        estimate_step(agents, gpu, work, kv_available, MEASURED.at_mfu(mfu), together)
+        for mfu in (high, low)
+    )
+    return fast, slow

@@ -190,6 +190,8 @@ def estimate_lines(
     estimate = step_estimate.estimate_step(agents, gpu, step, kv, together=together)
     lines = table.assumption_lines(gpu, step, together=together)
     lines += table.format_estimate(estimate)
+    fast, slow = step_estimate.estimate_bounds(agents, gpu, step, kv, together=together)
+    lines += table.format_range(estimate, fast, slow)
     if not memory:
         return lines
     gib = memory_plan.GIB

@@ -135,7 +135,8 @@ def update_s(agent: Agent, gpu: Gpu, work: StepWorkload, measured=MEASURED) -> f
     two_pass = agent.group or micro > 1
     passes = (4 if options.gradient_checkpointing else 3) + (1 if two_pass else 0)
     tokens = work.rows * work.mix.mean_row * work.padding
-    compute = _step_flops(arch, tokens, work.mix, passes) / (agent.gpus * train_flops_per_s(gpu))
+    rate = agent.gpus * train_flops_per_s(gpu, measured)
+    compute = _step_flops(arch, tokens, work.mix, passes) / rate
     per_rank = micro // agent.gpus * work.num_minibatches
     collectives = per_rank * (
         3 * gather_s(2 * arch.params, agent.gpus, gpu) + gather_s(4 * arch.params, agent.gpus, gpu)
