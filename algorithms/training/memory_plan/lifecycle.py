@@ -22,7 +22,10 @@ wake `kv_cache` -> generate. Per phase, on one GPU:
 - the weight sync: one staging bucket on each GPU, the engine's clone of it (verl clones a
   bucket before acknowledging it), and one tensor gathered whole in the trainer's dtype;
 - a second CUDA context (the engine worker's), NCCL communicators and vLLM's CUDA-graph pool,
-  which stay while the engine sleeps (`reserves`);
+  which stay while the engine sleeps (`reserves`). Not counted: a context of vLLM's engine-core
+  process (its multiprocess executor runs the model in the workers), and the contexts that
+  workers opened on rank 0's GPU when they all read one staging buffer there (issue 37: one
+  buffer per GPU now);
 - at load: the chosen path (`LOAD_PATH`): each rank's shards and one whole tensor in transit;
   the old path, the whole model in float32 on every GPU before sharding, is reported beside.
 
@@ -142,11 +145,15 @@ def _engine_rows(engine: Engine, phases: tuple[str, ...]) -> list[Row]:
     return rows
 
 
+def _weight_bytes(plan: PolicyPlan) -> float:
+    """The whole model's weights in the trainer's dtype."""
+    return next(t.bytes for t in plan.persistent if t.name.startswith("weights ("))
+
+
 def _largest_tensor(plan: PolicyPlan) -> float:
     """The largest tensor whole in the trainer's dtype (the embedding, or an MLP matrix)."""
     arch = plan.architecture
-    weights = next(t for t in plan.persistent if t.name.startswith("weights ("))
-    per_param = weights.bytes / arch.params
+    per_param = _weight_bytes(plan) / arch.params
     return per_param * arch.hidden_size * max(arch.vocab_size, arch.intermediate_size)
 
 
@@ -171,9 +178,8 @@ def rank_gpu_plan(plan: PolicyPlan, ranks: int, engine: Engine | None) -> GpuPla
     rows.append(Row("NCCL, FSDP2 group", _each(phases, NCCL_COMMUNICATOR_BYTES)))
     if engine is not None:
         rows += _engine_rows(engine, phases)
-    weights = next(t for t in plan.persistent if t.name.startswith("weights ("))
     done = GpuPlan(phases, tuple(rows), 0.0, 0.0)
-    full_copy = done.total("load") - largest + weights.bytes
+    full_copy = done.total("load") - largest + _weight_bytes(plan)
     return GpuPlan(phases, tuple(rows), peak - resident, full_copy)
 
 

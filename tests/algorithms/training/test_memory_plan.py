@@ -145,12 +145,13 @@ def _gpu_tables(out: str) -> dict[str, dict[str, dict[str, float]]]:
     return tables
 
 
+@pytest.mark.parametrize("name", ["paper_smollm3_qwen3.yaml", "paper_smollm3_qwen3_2node.yaml"])
 @pytest.mark.parametrize("gib", [141, 80, 70])
-def test_plan_estimates_the_step_of_the_paper_layout(gib, capsys):
-    """`graft plan` on the 1-node worker-group config: the per-phase step estimate with both
-    rollout backends, its target line, and each agent's GPU through the engine lifecycle,
-    which fits at 141, 80 and 70 GiB."""
-    config = REPO / "configs" / "paper_smollm3_qwen3.yaml"
+def test_plan_estimates_the_step_of_the_paper_layout(name, gib, capsys):
+    """`graft plan` on the worker-group configs (1 node, 2 nodes): the per-phase step estimate
+    with both rollout backends, its target line, and each agent's GPU through the engine
+    lifecycle, which fits at 141, 80 and 70 GiB."""
+    config = REPO / "configs" / name
     assert cli.main(["plan", str(config), "--gpu-memory", str(gib), "--gpus", "4"]) == 0
     out = capsys.readouterr().out
     kind = "h200" if gib >= 100 else "h100-80gb"
