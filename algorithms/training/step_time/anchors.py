@@ -21,7 +21,6 @@ class Gpu:
     bf16_tflops: float
     hbm_tb_s: float
     nvlink_gb_s: float
-    pcie_gb_s: float = 25.0
 
 
 GPUS = {

@@ -154,16 +154,16 @@ def scoring_s(agent: Agent, gpu: Gpu, work: StepWorkload, measured=MEASURED) -> 
 
 
 def weight_sync_s(agent: Agent, gpu: Gpu) -> float:
-    """A9: float32 shards gathered, cast and written into the engine in bf16 buckets, sleep
-    and wake."""
+    """A9: float32 shards gathered and cast into each GPU's bf16 staging bucket, the engine
+    worker's clone of it, its shard written into the engine; asleep at level 2 between syncs
+    (nothing crosses to the host)."""
     weights = 2 * agent.arch.params  # the engine's bf16
     shard = weights / agent.gpus
     buckets = math.ceil(weights / (agent.sync_bucket_mb * MIB))
     return (
         gather_s(4 * agent.arch.params, agent.gpus, gpu)
-        + 2 * shard / hbm_bytes_per_s(gpu)
+        + (3 * weights + 2 * shard) / hbm_bytes_per_s(gpu)
         + buckets * SYNC_CALL_S
-        + 2 * shard / (gpu.pcie_gb_s * 1e9)
     )
 
 

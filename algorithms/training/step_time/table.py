@@ -50,7 +50,7 @@ def assumption_lines(
         f"  A5 vLLM (not measured): decode at {VLLM_COMPUTE_EFFICIENCY:.0%} of peak FLOP/s or "
         f"{HBM_EFFICIENCY:.0%} of HBM, {VLLM_STEP_OVERHEAD_S * 1e3:.0f} ms per step, continuous "
         "batching over vllm_max_num_seqs slots, KV from the engine's preallocated share; A8 "
-        "FSDP2 collectives not overlapped; A9 fp32 gather, sleep level 1 + bucketed sync",
+        "FSDP2 collectives not overlapped; A9 fp32 gather, bucketed sync, sleep level 2",
         f"  A10 verify {VERIFY_ITEMS_PER_S:.0f} items/s x {VERIFY_WORKERS} workers; A11 agents "
         f"{'at once (Ray actors)' if together else 'one after the other (local backend)'} in "
         "rollout, update, sync; checkpoints and evaluation not counted",

@@ -26,6 +26,7 @@ from algorithms.training.step_time.anchors import (
     SYNC_CALL_S,
     VLLM_STEP_OVERHEAD_S,
     gpu_for,
+    hbm_bytes_per_s,
     link_bytes_per_s,
     vllm_kv_bytes_per_token,
 )
@@ -333,3 +334,13 @@ def test_the_range_says_what_rests_on_the_rate_and_that_vllm_is_not_measured():
     eager = estimate_step(pair(2, "transformers"), gpu, work)
     text = "\n".join(format_range(eager, *estimate_bounds(pair(2, "transformers"), gpu, work)))
     assert "not measured" not in text
+
+
+def test_asleep_at_level_2_nothing_of_the_sync_crosses_to_the_host():
+    """A9 under the engine lifecycle: the sync rewrites every weight, so the engine sleeps at
+    level 2 and no weight goes to host memory and back; on one GPU (nothing to gather) the sync
+    is its bucket writes, the engine worker's clone and shard write, and the calls."""
+    gpu, agent = GPUS["h200"], pair(1)[0]
+    weights = 2 * SMOLLM3.params
+    calls = math.ceil(weights / 2**20 / agent.sync_bucket_mb) * SYNC_CALL_S
+    assert weight_sync_s(agent, gpu) == pytest.approx(5 * weights / hbm_bytes_per_s(gpu) + calls)
