@@ -9,7 +9,7 @@ checkpoint        checkpoints that are complete or detectably not
 eval_settings     `EvalSettings`: how evaluation samples and which problems it draws
 loop              `Trainer`: the common multi-agent loop (rollout, verify, exchange, update)
 memory_check      whether a run fits its GPUs before launch: the one-line refusal
-memory_plan       what each policy holds on its GPU per phase of a step, from configs alone
+memory_plan/      what each policy holds on its GPU per phase of a step, from configs alone
 metrics           per-step metrics and the metrics.jsonl log
 periodic_eval     evaluation during training and the best checkpoint per agent
 progress          the terminal progress bar of a run

@@ -2,9 +2,10 @@
 plan` exits 2 with and `graft train` stops on.
 
 One process per agent is judged on its unsharded plan (`memory_plan.DevicePlan.refusal`). A
-worker group (`ray.ranks_per_agent` > 1) is judged on each agent's per-GPU FSDP2 figures
-(`step_time.gpu_memory.per_gpu_bytes`; an agent sampling with vLLM generates within its
-trainer state plus the engine's share), as its ranks hold it.
+worker group (`ray.ranks_per_agent` > 1) is judged on one GPU of each agent through the
+engine lifecycle (`memory_plan.lifecycle`: its FSDP2 rank's shards and transients, what the
+caching allocator keeps, the vLLM worker beside it awake or asleep, the sync's buffers, the
+contexts, NCCL and CUDA-graph reserves), in its busiest phase.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from typing import TYPE_CHECKING
 
 from algorithms.training import memory_plan
 from algorithms.training.memory_plan import GIB, DevicePlan, PolicyPlan, Workload
-from algorithms.training.ray.engine_settings import engine_options
+from algorithms.training.memory_plan.lifecycle import GpuPlan, rank_gpu_plan
 from algorithms.training.ray.options import parse_ray_options
-from algorithms.training.step_time.gpu_memory import agent_engine_memory, per_gpu_bytes
+from algorithms.training.step_time.gpu_memory import agent_engine_memory, lifecycle_engine
 
 if TYPE_CHECKING:
     from algorithms.training.run_config import TrainConfig
@@ -74,6 +75,25 @@ def sharded_refusal(
     return None
 
 
+def agent_gpu_plan(
+    config: TrainConfig,
+    work: Workload,
+    device: DevicePlan,
+    agent: tuple[int, str, PolicyPlan],
+    ranks: int,
+) -> GpuPlan:
+    """One GPU of worker-group agent `agent` (index, name, one process's plan) over `ranks`
+    ranks, through the engine lifecycle (`memory_plan.lifecycle`); an agent sampling with
+    vLLM has its engine's worker beside each rank."""
+    index, _, plan = agent
+    engine = None
+    if config.agents[index].options.get("rollout_backend") == "vllm":
+        memory = agent_engine_memory(config, index, plan, ranks, work, device.capacity)
+        if memory is not None:
+            engine = lifecycle_engine(config, index, plan, memory)
+    return rank_gpu_plan(plan, ranks, engine)
+
+
 def _agent_refusal(
     config: TrainConfig,
     work: Workload,
@@ -82,51 +102,23 @@ def _agent_refusal(
     ranks: int,
 ) -> str | None:
     index, name, _ = agent
-    phases, tunable = _per_gpu_phases(config, work, device, agent, ranks)
-    phase = max(phases, key=phases.__getitem__)
-    peak, usable = phases[phase], device.usable
+    gpu = agent_gpu_plan(config, work, device, agent, ranks)
+    phase = gpu.peak_phase()
+    peak, usable = gpu.total(phase), device.usable
     if peak <= usable:
         return None
     where = (
         f"{name} needs {peak / GIB:.1f} GiB per GPU on {device.device} x {ranks} FSDP2 ranks "
         f"({usable / GIB:.1f} GiB usable) in {phase}"
     )
-    term, largest, knob = max(tunable[phase], key=lambda t: t[1])
-    if peak - largest >= usable:
+    tunable = [row for row in gpu.rows if row.knob and row.cells.get(phase)]
+    largest = max(tunable, key=lambda row: row.cells[phase])
+    if peak - largest.cells[phase] >= usable:
         return (
-            f"ray.ranks_per_agent: {where}; its state per GPU without {term} does not fit "
-            "either: more ranks per agent (with ray.num_gpus_per_agent), or a larger device"
+            f"ray.ranks_per_agent: {where}; its state per GPU without {largest.name} does not "
+            "fit either: more ranks per agent (with ray.num_gpus_per_agent), or a larger device"
         )
-    return f"agents.{index}.options.{knob}: {where}, {term} {largest / GIB:.1f} GiB; lower {knob}"
-
-
-def _per_gpu_phases(
-    config: TrainConfig,
-    work: Workload,
-    device: DevicePlan,
-    agent: tuple[int, str, PolicyPlan],
-    ranks: int,
-) -> tuple[dict[str, float], dict[str, list[tuple[str, float, str]]]]:
-    """Agent's bytes per GPU per phase and, per phase, its terms an option tunes (name,
-    bytes, option); an agent sampling with vLLM has 'generate (vLLM)' (the trainer state plus
-    the engine's share) in place of the transformers generate phase."""
-    index, _, plan = agent
-    phases = per_gpu_bytes(plan, ranks)
-    tunable = {p: [(t.name, t.bytes, t.knob) for t in plan.phases[p] if t.knob] for p in phases}
-    options = config.agents[index].options
-    if options.get("rollout_backend") != "vllm":
-        return phases, tunable
-    engine = agent_engine_memory(config, index, plan, ranks, work, device.capacity)
-    if engine is None:
-        return phases, tunable
-    del phases["generate"], tunable["generate"]
-    fixed_kv = engine_options(options, f"agents.{index}.options").kv_cache_gib is not None
-    term = ("the vLLM engine's share", engine.engine_bytes)
-    knob = "vllm_kv_cache_gib" if fixed_kv else "vllm_gpu_memory_utilization"
-    if not engine.sleep_mode:  # the engine stays on the GPU beside scoring and the update
-        for phase in phases:
-            phases[phase] += engine.engine_bytes
-            tunable[phase].append((*term, knob))
-    phases["generate (vLLM)"] = engine.sampling_bytes
-    tunable["generate (vLLM)"] = [(*term, knob)]
-    return phases, tunable
+    return (
+        f"agents.{index}.options.{largest.knob}: {where}, {largest.name} "
+        f"{largest.cells[phase] / GIB:.1f} GiB; lower {largest.knob}"
+    )

@@ -92,7 +92,7 @@ A5. vLLM rollout (never run on a GPU by this project; no measured number exists)
     resident state.
 A6. HBM bandwidth achieved: 70 % of the GPU's peak (H200 4.8 TB/s, H100 3.35, A100 2.04).
 A7. GPU-to-GPU links inside a node: 70 % of NVLink's per-direction bandwidth (H100/H200
-    450 GB/s, A100 300 GB/s); host copies over PCIe at 25 GB/s.
+    450 GB/s, A100 300 GB/s).
 A8. FSDP2 over k GPUs (worker groups): per micro-batch and rank, 3 all-gathers of the bf16
     weights (no-grad pass, forward, backward) and one reduce-scatter of float32 gradients,
     each moving (k-1)/k of its bytes over A7's link, not overlapped with compute (an upper
@@ -102,8 +102,10 @@ A9. Weight sync (vLLM only): the FSDP shards all-gathered in the trainer's float
     per parameter: `DTensor.full_tensor()` of the master weights, cast to the engine's bf16
     afterwards, `ray.weight_sync`) over A7's link, written into the engine (read + write of
     its bf16 shard, A6), in buckets of `vllm_sync_bucket_mb` (default 512 MiB) of bf16 at
-    5 ms of call overhead each; sleep mode level 1 moves the engine's bf16 weights to host
-    memory and back (A7's PCIe) every step.
+    5 ms of call overhead each; each rank writes every bucket into its own GPU's staging
+    buffer and the engine worker there clones it before acknowledging (3 x the bf16 weights
+    at A6). The engine sleeps at level 2 (the sync rewrites every weight): nothing crosses
+    to the host.
 A10. Verify: the reward on the driver at 221 items/s per worker process (measured on this
     project's CPU machine: `python -m benchmarks.perf.verifier_throughput --items 500`,
     single process, MATH500 answers) with 8 workers. Exchange (driver): the GRAFT step's
@@ -116,6 +118,19 @@ A11. Under the Ray backend agents run rollout, update and weight sync at the sam
     Verify, scoring (one receiver after the other) and the exchange always run in turn. Not counted:
     checkpoints (every 10 steps), evaluation, start-up, model loading.
 
+- Issue 37 (the estimate's uncertainty): the central figures did not move; `graft plan` now
+  also prints the step at A3's stated bounds (`anchors.MFU_BOUNDS`, 6 % and 25 % MFU against
+  the measured 12.4 %, `estimate_bounds`), the share of the step that rests on the measured
+  rate, and the vLLM rollout as not measured (held fixed in the range). Pair 1 with vLLM:
+  4 x H200 204 s (3.4 min), 77 % of it the update and scoring at the measured rate, 125-369 s
+  (2.1-6.1 min) between the bounds, the slow end past the 6-min target; 4 x H100-80GB 216 s,
+  137-381 s. The vLLM rollout (46 / 58 s) is not measured. `update_s` now takes its rate
+  from its `measured` argument, as scoring did (it used the default whatever it was given; no
+  figure moved). A9 follows the engine lifecycle: sleep level 2 (the sync rewrites every
+  weight), so no host round trip over PCIe (that term and A7's PCIe rate are gone), and each
+  GPU's staging bucket written and cloned by the engine worker: sync 0.33 / 0.19 s -> 0.09 / 0.05 s
+  (SmolLM3 / Qwen3, 4 x H200); pair 1's step unchanged at 204 s (216 s on H100-80GB).
+
 The target (issue 28): within 1.5 x the paper stack's estimate, i.e. at most 1.5 x 4 min =
 6 min per step (`TARGET_S`); the ratio to the lower end (2.5 min) is reported beside it.
 """
@@ -124,7 +139,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from algorithms.training.step_time.anchors import MEASURED, Gpu, Measured
+from algorithms.training.step_time.anchors import MEASURED, MFU_BOUNDS, Gpu, Measured
 from algorithms.training.step_time.phases import (
     eager_rollout_s,
     exchange_s,
@@ -198,3 +213,21 @@ def estimate_step(
     )
     alternatives = {eager.name: eager, vllm.name: vllm, sync.name: sync}
     return StepEstimate(gpu, tuple(agents), phases, alternatives)
+
+
+def estimate_bounds(
+    agents: Sequence[Agent],
+    gpu: Gpu,
+    work: StepWorkload | None = None,
+    kv_available: Sequence[float | None] | None = None,
+    together: bool = True,
+) -> tuple[StepEstimate, StepEstimate]:
+    """The step at A3's bounds on the training rate (`MFU_BOUNDS`): (fast, slow), the
+    estimate with every training term at the high and at the low MFU; the terms that do not
+    rest on it (decoding, vLLM, the sync, verify, exchange) are those of `estimate_step`."""
+    low, high = MFU_BOUNDS
+    fast, slow = (
+        estimate_step(agents, gpu, work, kv_available, MEASURED.at_mfu(mfu), together)
+        for mfu in (high, low)
+    )
+    return fast, slow

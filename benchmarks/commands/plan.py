@@ -5,8 +5,10 @@ and without gradient checkpointing), the log-prob logits and the KV caches of ge
 scoring, per phase of a step (`algorithms.training.memory_plan`), and what the plan assumes.
 A config that does not fit ends with one line naming the option to change (exit status 2).
 For a worker-group config (`ray.ranks_per_agent` > 1) these tables size one unsharded process
-per agent and say so: the run's own layout is the per-GPU FSDP2 table after the estimate, and
-that table is what the refusal judges (`memory_check.sharded_refusal`).
+per agent and say so: the run's own layout is the per-GPU table of each agent after the
+estimate, through the engine lifecycle (load, generate, score, update, wake weights, sync, wake
+kv: `memory_plan.lifecycle`), and that table is what the refusal judges
+(`memory_check.sharded_refusal`).
 
 For a run on GPUs it then estimates one step's time per phase (rollout with either backend,
 verify, scoring, update, weight sync, exchange) and each GPU's memory when an agent is sharded
@@ -17,8 +19,10 @@ beside the paper stack's ~2.5-4 min per step.
 from __future__ import annotations
 
 import argparse
+import os
 
 from algorithms.training import memory_check, memory_plan, step_estimate
+from algorithms.training.memory_plan import lifecycle, reserves
 from algorithms.training.ray.engine_settings import engine_options
 from algorithms.training.run_config import load_config
 from algorithms.training.step_time import anchors, gpu_memory, table, workload
@@ -78,11 +82,16 @@ def run(args: argparse.Namespace) -> int:
         print(unsharded_heading(ranks))
     for plan in plans:
         print("\n".join(memory_plan.format_plan(plan, ranks)))
+    group = bool(plans) and ranks is not None and ranks > 1
     if plans:
-        print("\n".join(estimate_lines(config, work, capacity, args.gpu_kind)))
-    hint = memory_plan.allocator_hint()
-    if hint:
-        print(hint)
+        print("\n".join(estimate_lines(config, work, capacity, args.gpu_kind, not group)))
+    if group:
+        print("\n".join(group_lines(config, work, plans, ranks)))
+    vllm_agents = [a.name for a in config.agents if a.options.get("rollout_backend") == "vllm"]
+    floor = memory_plan.pinned_vllm_floor()
+    advice = memory_plan.allocator_advice(vllm_agents, floor, os.environ)
+    if advice:
+        print(advice)
     memory_check.check_plans(config, work, plans)
     return 0
 
@@ -92,8 +101,30 @@ def unsharded_heading(ranks: int) -> str:
     per agent holding its whole state, which is not how its `ranks` FSDP2 ranks hold it."""
     return (
         "one process per agent, unsharded: not this run's layout (its "
-        f"{ranks} FSDP2 ranks per agent shard the state; see the per-GPU FSDP2 table below)"
+        f"{ranks} FSDP2 ranks per agent shard the state; see the per-GPU lifecycle tables below)"
     )
+
+
+def group_lines(
+    config, work: memory_plan.Workload, plans: list[memory_plan.DevicePlan], ranks: int
+) -> list[str]:
+    """A worker group's per-GPU tables through the engine lifecycle, one per agent: what the
+    refusal judges (`memory_check.agent_gpu_plan`)."""
+    lines = [
+        "per GPU of each worker group, through the engine lifecycle (memory_plan.lifecycle): "
+        "load; generate; the engine asleep through score and update; empty_cache; wake "
+        "weights; sync; empty_cache; wake kv. Reserves (memory_plan.reserves): CUDA context "
+        f"{reserves.CUDA_CONTEXT_BYTES / memory_plan.GIB:.1f} GiB per process, NCCL "
+        f"{reserves.NCCL_COMMUNICATOR_BYTES / memory_plan.GIB:.1f} GiB per communicator, vLLM's "
+        f"CUDA graphs {reserves.CUDA_GRAPH_POOL_BYTES / memory_plan.GIB:.1f} GiB; usable = total "
+        f"less {reserves.RESERVE_BYTES / memory_plan.GIB:.1f} GiB (the trainer's context and "
+        "allocator slack)"
+    ]
+    for device in plans:
+        for agent in device.agents:
+            gpu = memory_check.agent_gpu_plan(config, work, device, agent, ranks)
+            lines += lifecycle.format_gpu_plan(agent[1], gpu, device.usable, ranks)
+    return lines
 
 
 def estimate_agents(
@@ -137,10 +168,11 @@ def engine_memory(
 
 
 def estimate_lines(
-    config, work: memory_plan.Workload, capacity: float, kind: str | None
+    config, work: memory_plan.Workload, capacity: float, kind: str | None, memory: bool = True
 ) -> list[str]:
-    """The step estimate of `config` on GPUs of `capacity` bytes, then each agent's memory
-    per GPU (the memory plan of `work` with FSDP2's shards divided over its GPUs)."""
+    """The step estimate of `config` on GPUs of `capacity` bytes, then (`memory`) each agent's
+    memory on its GPU beside a vLLM engine's share (one process per agent; a worker group's
+    GPUs are `group_lines`)."""
     from algorithms import configure
 
     algorithm = configure(config.algorithm, **config.algorithm_options)
@@ -158,6 +190,10 @@ def estimate_lines(
     estimate = step_estimate.estimate_step(agents, gpu, step, kv, together=together)
     lines = table.assumption_lines(gpu, step, together=together)
     lines += table.format_estimate(estimate)
+    fast, slow = step_estimate.estimate_bounds(agents, gpu, step, kv, together=together)
+    lines += table.format_range(estimate, fast, slow)
+    if not memory:
+        return lines
     gib = memory_plan.GIB
     lines.append(
         f"  {'GiB per GPU (FSDP2 shards / GPUs)':<34}"

@@ -6,7 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from algorithms.training.memory_plan import GIB, PolicyPlan, Workload
+from algorithms.training.memory_plan import GIB, Architecture, PolicyPlan, Workload
+from algorithms.training.memory_plan.lifecycle import Engine
+from algorithms.training.memory_plan.reserves import VLLM_WORKSPACE_BYTES
 from algorithms.training.ray.engine_settings import (
     EngineSettings,
     engine_options,
@@ -14,7 +16,6 @@ from algorithms.training.ray.engine_settings import (
     rank_update_peak,
 )
 from algorithms.training.run_config import ConfigError
-from algorithms.training.step_time.anchors import VLLM_WORKSPACE_BYTES
 
 SHARDED_PREFIXES = ("weights (", "AdamW moments", "grads (")
 """The memory plan's terms FSDP2 shards over an agent's ranks (A8); every other term is one
@@ -46,6 +47,8 @@ class EngineMemory:
     sampling_bytes: float
     engine_bytes: float
     sleep_mode: bool
+    weight_bytes: float
+    tensor_parallel: int
 
 
 def vllm_engine_memory(
@@ -63,7 +66,14 @@ def vllm_engine_memory(
     else:
         kv = settings.kv_cache_bytes - VLLM_WORKSPACE_BYTES
         engine = settings.kv_cache_bytes + settings.engine_weight_bytes  # the whole share
-    return EngineMemory(kv, resident + engine, engine, settings.sleep_mode)
+    return EngineMemory(
+        kv,
+        resident + engine,
+        engine,
+        settings.sleep_mode,
+        settings.engine_weight_bytes,
+        settings.tensor_parallel_size,
+    )
 
 
 def agent_engine_memory(
@@ -91,3 +101,29 @@ def agent_engine_memory(
         return None
     kv_gib = engine_options(agent.options, f"agents.{index}.options").kv_cache_gib
     return vllm_engine_memory(plan, gpus, settings, kv_gib)
+
+
+def staging_bytes(arch: Architecture, engine: EngineMemory, bucket_mb: float) -> float:
+    """The sync's staging buffer (`ray.weight_sync.plan_buckets`): `vllm_sync_bucket_mb`, or
+    the largest unit that travels whole (a decoder block, the embedding) in the engine's dtype."""
+    per_param = engine.weight_bytes * engine.tensor_parallel / arch.params
+    block = max(arch.layer_linear_params, arch.vocab_size * arch.hidden_size) * per_param
+    return max(bucket_mb * 2**20, block)
+
+
+def lifecycle_engine(config: Any, index: int, plan: PolicyPlan, engine: EngineMemory) -> Engine:
+    """Agent `index`'s engine worker on one GPU for `memory_plan.lifecycle` (from its
+    `agent_engine_memory` and its `vllm_*` options)."""
+    where = f"agents.{index}.options"
+    options = engine_options(config.agents[index].options, where)
+    fixed = options.kv_cache_gib is not None
+    return Engine(
+        weight_bytes=engine.weight_bytes,
+        kv_bytes=engine.kv_bytes,
+        workspace_bytes=VLLM_WORKSPACE_BYTES,
+        tensor_parallel=engine.tensor_parallel,
+        sleeps=engine.sleep_mode,
+        cuda_graphs=not options.enforce_eager,
+        staging_bytes=staging_bytes(plan.architecture, engine, options.sync_bucket_mb),
+        share_knob="vllm_kv_cache_gib" if fixed else "vllm_gpu_memory_utilization",
+    )

@@ -135,7 +135,8 @@ def update_s(agent: Agent, gpu: Gpu, work: StepWorkload, measured=MEASURED) -> f
     two_pass = agent.group or micro > 1
     passes = (4 if options.gradient_checkpointing else 3) + (1 if two_pass else 0)
     tokens = work.rows * work.mix.mean_row * work.padding
-    compute = _step_flops(arch, tokens, work.mix, passes) / (agent.gpus * train_flops_per_s(gpu))
+    rate = agent.gpus * train_flops_per_s(gpu, measured)
+    compute = _step_flops(arch, tokens, work.mix, passes) / rate
     per_rank = micro // agent.gpus * work.num_minibatches
     collectives = per_rank * (
         3 * gather_s(2 * arch.params, agent.gpus, gpu) + gather_s(4 * arch.params, agent.gpus, gpu)
@@ -153,16 +154,16 @@ def scoring_s(agent: Agent, gpu: Gpu, work: StepWorkload, measured=MEASURED) -> 
 
 
 def weight_sync_s(agent: Agent, gpu: Gpu) -> float:
-    """A9: float32 shards gathered, cast and written into the engine in bf16 buckets, sleep
-    and wake."""
+    """A9: float32 shards gathered and cast into each GPU's bf16 staging bucket, the engine
+    worker's clone of it, its shard written into the engine; asleep at level 2 between syncs
+    (nothing crosses to the host)."""
     weights = 2 * agent.arch.params  # the engine's bf16
     shard = weights / agent.gpus
     buckets = math.ceil(weights / (agent.sync_bucket_mb * MIB))
     return (
         gather_s(4 * agent.arch.params, agent.gpus, gpu)
-        + 2 * shard / hbm_bytes_per_s(gpu)
+        + (3 * weights + 2 * shard) / hbm_bytes_per_s(gpu)
         + buckets * SYNC_CALL_S
-        + 2 * shard / (gpu.pcie_gb_s * 1e9)
     )
 
 

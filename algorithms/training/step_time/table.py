@@ -1,5 +1,5 @@
-"""The step estimate as `graft plan` prints it: the assumption lines and the per-phase table
-with the totals and the target."""
+"""The step estimate as `graft plan` prints it: the assumption lines, the per-phase table
+with the totals and the target, and its uncertainty (the range at A3's bounds)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from algorithms.training.step_time.anchors import (
     HBM_EFFICIENCY,
     MEASURED,
     MEASURED_GPU,
+    MFU_BOUNDS,
     VERIFY_ITEMS_PER_S,
     VERIFY_WORKERS,
     VLLM_COMPUTE_EFFICIENCY,
@@ -49,7 +50,7 @@ def assumption_lines(
         f"  A5 vLLM (not measured): decode at {VLLM_COMPUTE_EFFICIENCY:.0%} of peak FLOP/s or "
         f"{HBM_EFFICIENCY:.0%} of HBM, {VLLM_STEP_OVERHEAD_S * 1e3:.0f} ms per step, continuous "
         "batching over vllm_max_num_seqs slots, KV from the engine's preallocated share; A8 "
-        "FSDP2 collectives not overlapped; A9 fp32 gather, sleep level 1 + bucketed sync",
+        "FSDP2 collectives not overlapped; A9 fp32 gather, bucketed sync, sleep level 2",
         f"  A10 verify {VERIFY_ITEMS_PER_S:.0f} items/s x {VERIFY_WORKERS} workers; A11 agents "
         f"{'at once (Ray actors)' if together else 'one after the other (local backend)'} in "
         "rollout, update, sync; checkpoints and evaluation not counted",
@@ -86,3 +87,48 @@ def format_estimate(estimate: StepEstimate) -> list[str]:
             f"min = {TARGET_S / 60:.0f} min)"
         )
     return lines
+
+
+MEASURED_RATE_PHASES = ("scoring", "update")
+"""The phases that rest on A3's measured training rate alone (eager rollout's prefill does
+too, a small part of its time)."""
+
+
+def format_range(estimate: StepEstimate, fast: StepEstimate, slow: StepEstimate) -> list[str]:
+    """The estimate's uncertainty: how much of the step rests on A3's measured rate, the step
+    at its stated bounds (`anchors.MFU_BOUNDS`; `fast` and `slow` from `estimate_bounds`),
+    and the vLLM rollout, which no measurement supports."""
+    low, high = MFU_BOUNDS
+    rate = {p.name: p.seconds for p in estimate.phases}
+    share = sum(rate[name] for name in MEASURED_RATE_PHASES) / estimate.total
+    spans = ", ".join(
+        f"{name} {f.seconds:.0f}-{s.seconds:.0f} s"
+        for name in MEASURED_RATE_PHASES
+        for f, s in [(_phase(fast, name), _phase(slow, name))]
+    )
+    lines = [
+        f"  uncertainty: {share:.0%} of the step is {' + '.join(MEASURED_RATE_PHASES)} at A3's "
+        f"one measured rate ({MEASURED.mfu:.1%} MFU: a 740M Llama, 373-token vocabulary, "
+        f"136-token rows); at A3's bounds, {high:.0%} to {low:.0%} MFU (public verl runs: "
+        f"2-40 %): {spans}; step {fast.total:.0f}-{slow.total:.0f} s = "
+        f"{fast.total / 60:.1f}-{slow.total / 60:.1f} min"
+    ]
+    vllm = [a.name for a in estimate.agents if a.rollout_backend == "vllm"]
+    if vllm:
+        rollout = _phase(estimate, "rollout").seconds
+        lines.append(
+            f"  not measured: the vLLM rollout (A5; {', '.join(vllm)}), {rollout:.0f} s of the "
+            "step, and the weight sync (A9): held fixed in that range"
+        )
+    for backend in ROLLOUT_ROWS:
+        ends = [e.total_with(backend) for e in (fast, slow)]
+        verdicts = ["meets" if e <= TARGET_S else "misses" for e in ends]
+        lines.append(
+            f"  every agent on {backend} at {high:.0%} / {low:.0%} MFU: {ends[0]:.0f} / "
+            f"{ends[1]:.0f} s: {verdicts[0]} / {verdicts[1]} the target"
+        )
+    return lines
+
+
+def _phase(estimate: StepEstimate, name: str) -> Phase:
+    return next(p for p in estimate.phases if p.name == name)

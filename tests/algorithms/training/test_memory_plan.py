@@ -124,14 +124,37 @@ def test_ray_actors_without_gpus_are_not_planned_on_a_gpu_machine():
     assert mp.plan_run(config, work, capacity=80 * 2**30, gpus=1) == []
 
 
-@pytest.mark.parametrize("gib", [141, 80])
-def test_plan_estimates_the_step_of_the_paper_layout(gib, capsys):
-    """`graft plan` on the 1-node worker-group config: the per-phase step estimate with both
-    rollout backends, its target line, and each agent's memory per GPU sharded over 2 GPUs."""
-    config = REPO / "configs" / "paper_smollm3_qwen3.yaml"
+def _gpu_tables(out: str) -> dict[str, dict[str, dict[str, float]]]:
+    """Each worker-group agent's per-GPU lifecycle table from `graft plan`: row -> phase -> GiB."""
+    tables, lines = {}, out.splitlines()
+    for at, line in enumerate(lines):
+        if ": each of its " not in line:
+            continue
+        phases = lines[at + 1].split()[1:]
+        phases = [p for p in " ".join(phases).replace("wake weights", "wake_weights")
+                  .replace("wake kv", "wake_kv").split()]  # fmt: skip
+        rows = {}
+        for body in lines[at + 2 :]:
+            if not body.startswith("    ") or body.startswith("    ("):
+                break
+            name, cells = body[4:38].strip(), body[38:].split()
+            rows[name] = {
+                p: 0.0 if c == "-" else float(c) for p, c in zip(phases, cells, strict=True)
+            }
+        tables[line.split(":")[0].strip()] = rows
+    return tables
+
+
+@pytest.mark.parametrize("name", ["paper_smollm3_qwen3.yaml", "paper_smollm3_qwen3_2node.yaml"])
+@pytest.mark.parametrize("gib", [141, 80, 70])
+def test_plan_estimates_the_step_of_the_paper_layout(name, gib, capsys):
+    """`graft plan` on the worker-group configs (1 node, 2 nodes): the per-phase step estimate
+    with both rollout backends, its target line, and each agent's GPU through the engine
+    lifecycle, which fits at 141, 80 and 70 GiB."""
+    config = REPO / "configs" / name
     assert cli.main(["plan", str(config), "--gpu-memory", str(gib), "--gpus", "4"]) == 0
     out = capsys.readouterr().out
-    kind = "h200" if gib == 141 else "h100-80gb"
+    kind = "h200" if gib >= 100 else "h100-80gb"
     assert f"step estimate on {kind}" in out
     for row in (
         "rollout, eager transformers",
@@ -141,10 +164,14 @@ def test_plan_estimates_the_step_of_the_paper_layout(gib, capsys):
     ):
         assert row in out
     assert out.count("the target (<= 1.5 x 4 min = 6 min)") == 2
-    memory = [line for line in out.splitlines() if ", 2 GPU(s)" in line]
-    assert [line.split()[0] for line in memory] == ["smollm3-3b,", "qwen3-1.7b,"]
-    for line in memory:  # generate, score, update, vLLM generate, KV free: all within the GPU
-        assert all(0 < float(v) < gib for v in line.split()[-5:])
+    tables = _gpu_tables(out)
+    assert list(tables) == ["smollm3-3b", "qwen3-1.7b"]
+    for rows in tables.values():
+        phases = list(rows["total"])
+        assert phases == ["load", "generate", "score", "update", "wake_weights", "sync", "wake_kv"]
+        assert all(0 < v < gib - 2 for v in rows["total"].values())
+        assert rows["vLLM KV cache"]["score"] == rows["vLLM KV cache"]["update"] == 0
+    assert out.count("GiB usable per GPU, in generate: fits") == 2
 
 
 def test_plan_shards_the_state_only_for_worker_groups(capsys):
@@ -176,12 +203,15 @@ def test_plan_labels_the_unsharded_tables_of_a_worker_group(name, group, capsys)
     assert cli.main(["plan", config, "--gpu-memory", "141", "--gpus", "4"]) == 0
     lines = capsys.readouterr().out.splitlines()
     heading = [i for i, line in enumerate(lines) if "unsharded: not this run's layout" in line]
-    verdicts = [line for line in lines if line.startswith("  peak ")]
-    sharded = [i for i, line in enumerate(lines) if line.startswith("  GiB per GPU (FSDP2")]
-    assert len(verdicts) == 2 and len(sharded) == 1
+    verdicts = [line for line in lines if line.startswith("  peak ") and "per GPU" not in line]
+    compact = [i for i, line in enumerate(lines) if line.startswith("  GiB per GPU (FSDP2")]
+    sharded = [i for i, line in enumerate(lines) if line.startswith("per GPU of each worker")]
+    assert len(verdicts) == 2
     if not group:
-        assert heading == [] and all(line.endswith("GiB: fits") for line in verdicts)
+        assert heading == [] and sharded == [] and len(compact) == 1
+        assert all(line.endswith("GiB: fits") for line in verdicts)
         return
+    assert compact == [] and len(sharded) == 1
     (at,) = heading
     assert "its 2 FSDP2 ranks per agent" in lines[at] and at < sharded[0]
     assert lines[at + 1].startswith("actor 0: cuda")  # right above the unsharded tables
@@ -189,37 +219,32 @@ def test_plan_labels_the_unsharded_tables_of_a_worker_group(name, group, capsys)
     assert all(suffix in line for line in verdicts)
 
 
-def _engine_columns(out: str) -> dict[str, tuple[float, float]]:
-    """Each agent's (vLLM gen, KV free) GiB per GPU from `graft plan`'s memory table."""
-    rows = [line.split() for line in out.splitlines() if ", 2 GPU(s)" in line]
-    return {row[0].rstrip(","): (float(row[-2]), float(row[-1])) for row in rows}
-
-
 def test_plan_sizes_the_vllm_engine_from_its_gpu_memory_share(capsys):
     """The engine preallocates `vllm_gpu_memory_utilization` x the GPU whatever the rows (A5):
-    0.3 instead of the shipped 0.5 lowers both the memory while sampling and the KV space by
-    0.2 x 141 GiB per GPU; a fixed `vllm_kv_cache_gib` is the KV space itself."""
+    0.3 instead of the shipped 0.5 lowers both the memory while generating and the KV cache by
+    0.2 x 141 GiB per GPU; a fixed `vllm_kv_cache_gib` is the KV cache itself."""
     config = str(REPO / "configs" / "paper_smollm3_qwen3.yaml")
     argv = ["plan", config, "--gpu-memory", "141", "--gpus", "4"]
-    columns = {}
+    tables = {}
     for name, value in (("gpu_memory_utilization", 0.5), ("gpu_memory_utilization", 0.3),
                         ("kv_cache_gib", 12.0)):  # fmt: skip
         sets = [f"agents.{i}.options.vllm_{name}={value}" for i in (0, 1)]
         assert cli.main([*argv, *(arg for s in sets for arg in ("--set", s))]) == 0
-        columns[value] = _engine_columns(capsys.readouterr().out)
+        tables[value] = _gpu_tables(capsys.readouterr().out)
     for agent in ("smollm3-3b", "qwen3-1.7b"):
-        (gen5, kv5), (gen3, kv3) = columns[0.5][agent], columns[0.3][agent]
-        assert gen5 - gen3 == pytest.approx(0.2 * 141, abs=0.15)
-        assert kv5 - kv3 == pytest.approx(0.2 * 141, abs=0.15)
-        assert columns[12.0][agent][1] == 12.0
-        assert columns[12.0][agent][0] < gen3
+        five, three, fixed = (tables[v][agent] for v in (0.5, 0.3, 12.0))
+        gen = five["total"]["generate"] - three["total"]["generate"]
+        assert gen == pytest.approx(0.2 * 141, abs=0.15)
+        kv = five["vLLM KV cache"]["generate"] - three["vLLM KV cache"]["generate"]
+        assert kv == pytest.approx(0.2 * 141, abs=0.15)
+        assert fixed["vLLM KV cache"]["generate"] == 12.0
+        assert fixed["total"]["generate"] < three["total"]["generate"]
 
 
 def test_a_worker_group_is_refused_on_its_sharded_per_gpu_memory(capsys, monkeypatch):
-    """`ray.ranks_per_agent` 2: `graft plan` and `graft train`'s check judge each agent's
-    per-GPU FSDP2 figures (trainer state, the vLLM engine's share while sampling), not the
-    unsharded tables: 70 GiB GPUs fit (74.8 GiB unsharded); 40 GiB, or an engine kept awake
-    (no sleep mode) beside the update, is
+    """`ray.ranks_per_agent` 2: `graft plan` and `graft train`'s check judge one GPU of each
+    agent through the engine lifecycle, not the unsharded tables: 70 GiB GPUs fit (74.8 GiB
+    unsharded); 40 GiB, or an engine kept awake (no sleep mode) beside the update, is
     refused in one line naming the per-GPU figure, the agent, the phase and the knob."""
     config = REPO / "configs" / "paper_smollm3_qwen3.yaml"
     argv = ["plan", str(config), "--gpus", "4", "--gpu-memory"]
@@ -229,13 +254,13 @@ def test_a_worker_group_is_refused_on_its_sharded_per_gpu_memory(capsys, monkeyp
     error = capsys.readouterr().err.strip()
     assert "\n" not in error
     assert error.startswith("graft plan: error: agents.0.options.max_tokens_per_micro_batch: ")
-    assert "smollm3-3b needs 51.9 GiB per GPU on actor 0: cuda x 2 FSDP2 ranks" in error
+    assert "smollm3-3b needs 49.9 GiB per GPU on actor 0: cuda x 2 FSDP2 ranks" in error
     assert "(38.0 GiB usable) in update" in error
     kv = "agents.1.options.vllm_kv_cache_gib=60"  # the engine's share: the sampling peak
     assert cli.main([*argv, "70", "--set", kv]) == 2
     error = capsys.readouterr().err
     assert "agents.1.options.vllm_kv_cache_gib: qwen3-1.7b needs" in error
-    assert "in generate (vLLM)" in error
+    assert "in generate, vLLM KV cache 60.0 GiB" in error
     awake = [  # without sleep mode the engine's fixed KV stays beside the update
         *("--set", "agents.0.options.vllm_sleep_mode=false"),
         *("--set", "agents.0.options.vllm_gpu_memory_utilization=0.1"),
@@ -244,12 +269,12 @@ def test_a_worker_group_is_refused_on_its_sharded_per_gpu_memory(capsys, monkeyp
     assert cli.main([*argv, "70", *awake]) == 2
     error = capsys.readouterr().err
     assert "agents.0.options.vllm_kv_cache_gib: smollm3-3b needs" in error
-    assert "in update, the vLLM engine's share" in error
+    assert "in update, vLLM KV cache 15.0 GiB" in error
     loaded = load_config(config)
     monkeypatch.setattr(mp, "found_gpus", lambda: (70.0 * mp.GIB, 4))
     assert len(memory_check.check_before_launch(loaded)) == 2  # graft train launches
     monkeypatch.setattr(mp, "found_gpus", lambda: (40.0 * mp.GIB, 4))
-    with pytest.raises(ValueError, match=r"needs 51\.9 GiB per GPU on actor 0"):
+    with pytest.raises(ValueError, match=r"needs 49\.9 GiB per GPU on actor 0"):
         memory_check.check_before_launch(loaded)
 
 

@@ -15,16 +15,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from algorithms.training import memory_plan as mp
-from algorithms.training.step_estimate import estimate_step
+from algorithms.training.memory_plan.reserves import VLLM_WORKSPACE_BYTES
+from algorithms.training.step_estimate import estimate_bounds, estimate_step
 from algorithms.training.step_time.anchors import (
     GPUS,
     MEASURED,
     MEASURED_ARCH,
     MEASURED_GPU,
+    MFU_BOUNDS,
     SYNC_CALL_S,
     VLLM_STEP_OVERHEAD_S,
-    VLLM_WORKSPACE_BYTES,
     gpu_for,
+    hbm_bytes_per_s,
     link_bytes_per_s,
     vllm_kv_bytes_per_token,
 )
@@ -37,7 +39,7 @@ from algorithms.training.step_time.phases import (
     vllm_rollout_s,
     weight_sync_s,
 )
-from algorithms.training.step_time.table import format_estimate
+from algorithms.training.step_time.table import format_estimate, format_range
 from algorithms.training.step_time.totals import ROLLOUT_ROWS
 from algorithms.training.step_time.workload import Agent, LengthMix, StepWorkload
 from graft_env.policies.options import HFPolicyOptions
@@ -295,3 +297,50 @@ def test_the_engine_memory_is_its_preallocated_share():
     assert fixed.sampling_bytes == pytest.approx(
         resident + weights + 3 * mp.GIB + VLLM_WORKSPACE_BYTES
     )
+
+
+def test_the_measured_rate_moved_to_an_mfu_is_that_share_of_the_peak():
+    for mfu in (*MFU_BOUNDS, MEASURED.mfu):
+        moved = MEASURED.at_mfu(mfu)
+        assert moved.flops_per_s == pytest.approx(mfu * MEASURED_GPU.bf16_tflops * 1e12)
+        assert moved.layer_overhead_s == MEASURED.layer_overhead_s  # decoding is not A3's
+    assert MFU_BOUNDS[0] < MEASURED.mfu < MFU_BOUNDS[1]
+
+
+@pytest.mark.parametrize("kind", sorted(GPUS))
+def test_the_bounds_bracket_the_estimate_and_move_only_the_training_terms(kind):
+    """At A3's bounds every phase that rests on the training rate moves the opposite way to
+    the MFU, and nothing else moves: the vLLM rollout, its sync, verify and exchange."""
+    gpu, work = GPUS[kind], workload()
+    estimate = estimate_step(pair(2), gpu, work)
+    fast, slow = estimate_bounds(pair(2), gpu, work)
+    assert fast.total < estimate.total < slow.total
+    for mid, f, s in zip(estimate.phases, fast.phases, slow.phases, strict=True):
+        if mid.name in ("scoring", "update"):
+            assert f.seconds < mid.seconds < s.seconds, mid.name
+        else:
+            assert f.seconds == mid.seconds == s.seconds, mid.name
+    same = estimate_step(pair(2), gpu, work, measured=MEASURED.at_mfu(MEASURED.mfu))
+    assert same.total == pytest.approx(estimate.total)
+
+
+def test_the_range_says_what_rests_on_the_rate_and_that_vllm_is_not_measured():
+    gpu, work = GPUS["h200"], workload()
+    estimate = estimate_step(pair(2), gpu, work)
+    text = "\n".join(format_range(estimate, *estimate_bounds(pair(2), gpu, work)))
+    assert "of the step is scoring + update at A3's one measured rate (12.4% MFU" in text
+    assert "at A3's bounds, 25% to 6% MFU" in text
+    assert "not measured: the vLLM rollout (A5; smollm3, qwen3)" in text
+    eager = estimate_step(pair(2, "transformers"), gpu, work)
+    text = "\n".join(format_range(eager, *estimate_bounds(pair(2, "transformers"), gpu, work)))
+    assert "not measured" not in text
+
+
+def test_asleep_at_level_2_nothing_of_the_sync_crosses_to_the_host():
+    """A9 under the engine lifecycle: the sync rewrites every weight, so the engine sleeps at
+    level 2 and no weight goes to host memory and back; on one GPU (nothing to gather) the sync
+    is its bucket writes, the engine worker's clone and shard write, and the calls."""
+    gpu, agent = GPUS["h200"], pair(1)[0]
+    weights = 2 * SMOLLM3.params
+    calls = math.ceil(weights / 2**20 / agent.sync_bucket_mb) * SYNC_CALL_S
+    assert weight_sync_s(agent, gpu) == pytest.approx(5 * weights / hbm_bytes_per_s(gpu) + calls)
