@@ -21,6 +21,7 @@ importers         import rollouts generated elsewhere (JSONL, Parquet)
 source            graft-library's peer: stored groups looked up by prompt
 staleness         how old the used library groups are, and how much of them was admitted
 trl_adapter       graft-library inside TRL's `GRPOTrainer`
+trl_batch         TRL's generation batch with peer rows written in and rows in minibatch order
 """
 
 from graft_env.lazy import lazy_exports

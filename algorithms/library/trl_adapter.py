@@ -72,6 +72,7 @@ from algorithms.library import LIBRARY_AGENT
 from algorithms.library.choice import CHOICES
 from algorithms.library.format import LibraryError, prompt_key
 from algorithms.library.source import LibrarySource, Lookup
+from algorithms.library.trl_batch import in_order, with_peer_rows
 from algorithms.rollouts import step_rng
 from graft_env.rewards import verify_batch
 from graft_env.types import AgentRollouts, ScoredText, TransferredGroup
@@ -86,7 +87,6 @@ EXCHANGE_OPTIONS = (
 )  # fmt: skip
 """The AlgorithmConfig options that act before TRL's loss; its loss options are GRPOConfig's."""
 ADVANTAGE_SCALES = {"group": "std", "none": "none"}  # TRL scale_rewards -> adv_scale
-PER_TOKEN = ("old_per_token_logps", "ref_per_token_logps", "sampling_per_token_logps")
 
 
 def math_reward(completions: Sequence[Any], answer: Sequence[str], **_: Any) -> list[float]:
@@ -245,7 +245,7 @@ class GraftGRPOTrainer(GRPOTrainer):
         )
         order = torch.tensor([p * n + i for chunk in chunks for p in chunk for i in range(n)])
         self._log_counts(lookup, transfers)
-        return {key: _rows(value, order) for key, value in batch.items()}
+        return {key: in_order(value, order) for key, value in batch.items()}
 
     def _receiver(
         self, inputs: list[dict], batch: dict[str, Any], keys: list[str]
@@ -355,49 +355,17 @@ class GraftGRPOTrainer(GRPOTrainer):
     def _replace(
         self, batch: dict[str, Any], transfers: Sequence[TransferredGroup], lookup: Lookup
     ) -> dict[str, Any]:
-        """The batch with each transferred group's rows holding its peer responses."""
-        n, rows = self.num_generations, batch["completion_ids"].size(0)
-        device = batch["completion_ids"].device
+        """The batch with each transferred group's rows holding its peer responses
+        (`trl_batch.with_peer_rows`) and TRL's loss normaliser over the new rows."""
+        n = self.num_generations
         peer_rows = [(g, i) for g in transfers for i in range(n)]
-        row_of = [g.prompt_index * n + i for g, i in peer_rows]
-        ids = [g.scored[i].token_ids for g, i in peer_rows]
-        width = max([batch["completion_ids"].size(1), *map(len, ids)])
-        out = dict(batch)
-        out["completion_ids"] = _widen(batch["completion_ids"], width, self._tokenizer.pad_token_id)
-        for key in ("completion_mask", "tool_mask", *PER_TOKEN):
-            if key in batch:
-                out[key] = _widen(batch[key], width, 1 if key == "tool_mask" else 0)
-        ratio = batch.get("importance_sampling_ratio")
-        if ratio is not None and ratio.size(1) > 1:  # token-level (B, T); sequence level is (B, 1)
-            out["importance_sampling_ratio"] = _widen(ratio, width, 0)
-        out["advantages"] = batch["advantages"].clone()
-        out["graft_weight"] = torch.ones(rows, device=device)
-        out["graft_peer"] = torch.zeros(rows, dtype=torch.bool, device=device)
         reference = None
         if "ref_per_token_logps" in batch and peer_rows:
+            row_of = [g.prompt_index * n + i for g, i in peer_rows]
+            ids = [g.scored[i].token_ids for g, i in peer_rows]
             reference = self._logps(True, batch, row_of, ids)
-        for j, ((group, i), row) in enumerate(zip(peer_rows, row_of, strict=True)):
-            length, weight = len(ids[j]), float(group.weights[i])
-            truncated = lookup.chosen[group.prompt_index].finish_reasons[i] == "length"
-            keep = weight > 0 and not (self.mask_truncated_completions and truncated)
-            logps = torch.as_tensor(group.scored[i].logprobs, device=device)
-            out["completion_ids"][row] = self._tokenizer.pad_token_id
-            out["completion_ids"][row, :length] = torch.tensor(ids[j], device=device)
-            out["completion_mask"][row] = 0
-            out["completion_mask"][row, :length] = int(keep)
-            for key in ("old_per_token_logps", "sampling_per_token_logps"):
-                if key in out:  # sampled by another model: the sampler ratio is 1
-                    out[key][row] = 0.0
-                    out[key][row, :length] = logps.to(out[key].dtype)
-            if reference is not None:
-                out["ref_per_token_logps"][row] = reference[j]
-            if "tool_mask" in out:
-                out["tool_mask"][row] = 1
-            if "importance_sampling_ratio" in out:
-                out["importance_sampling_ratio"][row] = 1.0
-            out["advantages"][row] = float(group.advantages[i]) * weight if keep else 0.0
-            out["graft_weight"][row] = weight
-            out["graft_peer"][row] = True
+        pad_id, masked = self._tokenizer.pad_token_id, self.mask_truncated_completions
+        out = with_peer_rows(batch, transfers, lookup, n, pad_id, masked, reference)
         loss_mask = out["completion_mask"] * out.get("tool_mask", 1)
         # every process gathers, whether or not it received peer rows
         out["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
@@ -418,16 +386,3 @@ class GraftGRPOTrainer(GRPOTrainer):
         totals = self.accelerator.reduce(values, reduction="sum").tolist()
         for name, total in zip(counts, totals, strict=True):
             self._metrics["train"][name].append(total)
-
-
-def _widen(tensor: torch.Tensor, width: int, value: float) -> torch.Tensor:
-    """`tensor` [B, T] right-padded with `value` to [B, width] (a copy)."""
-    extra = width - tensor.size(1)
-    return torch.nn.functional.pad(tensor, (0, extra), value=value) if extra else tensor.clone()
-
-
-def _rows(value: Any, order: torch.Tensor) -> Any:
-    """A batch entry with its rows in `order` (TRL's shuffle_sequence_dict, not random)."""
-    if isinstance(value, torch.Tensor) and value.ndim >= 1:
-        return value[order.to(value.device)]
-    return value

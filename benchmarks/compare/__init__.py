@@ -3,10 +3,13 @@ and reports (`benchmarks.commands.compare` is the command).
 
 Modules:
 
+cell_run          one cell: train or resume it, evaluate its models, write its result.json
 cells             the cells of a grid: which runs, their configs and hashes, their state
 claims            which process runs which cell: claims through lock files
-grid              the grid file: what to train, on which models, how to evaluate
+grid              the grid file read and resolved: what to train, on which models, how to evaluate
+grid_schema       the grid file's schema (GridFile) and the validated grid (GridSpec)
 plots             learning and complementarity curves (PNG)
 report            the paper-style table, the compute table and the curves' data
-run               every cell through the one training loop, then the harness
+run               `run_grid`: every cell claimed and run, one process or `workers`; results
+workers           the grid's worker processes: spawned, output prefixed, stopped with the parent
 """

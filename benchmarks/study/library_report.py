@@ -29,7 +29,8 @@ from algorithms.library.staleness import STEP_EDGES, bucket_labels
 from benchmarks.compare.grid import GridError, load_grid
 from benchmarks.compare.report import cell_records, provenance_summary
 from benchmarks.compare.run import finished_results
-from benchmarks.study.report import Logs, build_provenance, funnel, metrics_logs
+from benchmarks.study.curves import Logs, funnel, metrics_logs
+from benchmarks.study.report import build_provenance
 from benchmarks.study.report_markdown import points
 from benchmarks.study.stats import label_interval, paired_difference, verdict
 

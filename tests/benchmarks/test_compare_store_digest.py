@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from algorithms.storage.store import StoreCorruptError, TrajectoryStore
-from benchmarks.compare.run import _train_counts
+from benchmarks.compare.cell_run import _train_counts
 from graft_env.types import AgentRollouts
 
 

@@ -20,7 +20,8 @@ import torch
 from benchmarks.compare.cells import plan_cells
 from benchmarks.compare.grid import load_grid
 from benchmarks.compare.report import cell_records, compute_rows
-from benchmarks.study.report import (
+from benchmarks.study.curves import funnel, metrics_logs
+from benchmarks.study.hypotheses import (
     GRAFT,
     GRPO8,
     GRPO32,
@@ -29,12 +30,10 @@ from benchmarks.study.report import (
     NO_FLOOR,
     NO_GAIN,
     STORED,
-    funnel,
     hypothesis_results,
-    main,
-    metrics_logs,
     study_table,
 )
+from benchmarks.study.report import main
 
 GRID = Path(__file__).resolve().parents[2] / "configs" / "grids" / "study.yaml"
 PAIR = ["testbed-a", "testbed-b"]

@@ -14,11 +14,11 @@ import numpy as np
 from benchmarks.compare.cells import grid_models
 from benchmarks.compare.grid import GridSpec
 from benchmarks.compare.plots import band
+from benchmarks.study.curves import eval_series, funnel
 from benchmarks.study.gap.cells import GapModel, Study
 from benchmarks.study.gap.contrasts import gap_score
 from benchmarks.study.gap.design import ARMS, PROBE_STEPS, ROLES
 from benchmarks.study.gap.slope import candidates_per_step
-from benchmarks.study.report import eval_series, funnel
 from graft_env.policies.cache import default_cache_dir
 
 
@@ -78,7 +78,7 @@ def _mean_of(values: Any) -> float | None:
 
 
 def funnel_totals(study: Study) -> dict[str, dict[str, Any]]:
-    """`study.report.funnel` of the exchange cells (totals and per-step means per direction)."""
+    """`study.curves.funnel` of the exchange cells (totals and per-step means per direction)."""
     exchange = [r for r in study.results if r["label"] in ARMS]
     data = funnel(exchange, study.logs)
     for by_direction in data.values():

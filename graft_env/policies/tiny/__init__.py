@@ -8,8 +8,9 @@
 Modules:
 
 build             `build_tiny_pair`: tokenizers, models, warm start, report, the cache
-config            what a build depends on (members, targets, pools): the cache key
+config            what a build depends on (members, targets), the built-in pairs, the cache key
 models            the tiny architectures (GPT-NeoX, Llama; ~1M parameters)
+pools             the problem pools: SFT data, warm-start checks, report prompts, mix weights
 report            per-skill pass@1, all-fail rates and complementarity of a pair
 sft               supervised warm start on worked solutions, through the RL forward
 tokenizer         small byte-level BPE tokenizers and the two prompt styles

@@ -48,12 +48,9 @@ from graft_env.policies.cache import default_cache_dir, weights_sha256
 from graft_env.policies.generation import sample
 from graft_env.policies.hf import HFPolicy
 from graft_env.policies.tiny import tokenizer as tiny_tokenizer
-from graft_env.policies.tiny.config import (
-    PAIRS,
-    SKILLS,
-    TinyModelSpec,
-    TinyPairConfig,
-    cache_key,
+from graft_env.policies.tiny.config import PAIRS, SKILLS, TinyModelSpec, TinyPairConfig, cache_key
+from graft_env.policies.tiny.models import build_model
+from graft_env.policies.tiny.pools import (
     evaluation_problems,
     key_targets,
     member_index,
@@ -62,7 +59,6 @@ from graft_env.policies.tiny.config import (
     target_problems,
     training_problems,
 )
-from graft_env.policies.tiny.models import build_model
 from graft_env.policies.tiny.report import (
     add_skill_mix_summary,
     complementarity_report,

@@ -20,16 +20,18 @@ from graft_env.policies.tiny.config import (
     TinyPairConfig,
     WarmStartTargets,
     cache_key,
-    evaluation_problems,
     gap_pair,
+    pair_of,
+)
+from graft_env.policies.tiny.models import TinyShape
+from graft_env.policies.tiny.pools import (
+    evaluation_problems,
     key_targets,
     mix_key,
     mix_weights,
-    pair_of,
     target_problems,
     training_problems,
 )
-from graft_env.policies.tiny.models import TinyShape
 from graft_env.policies.tiny.sft import SFTConfig
 
 D0 = GAP_PAIRS["gap-d0"]

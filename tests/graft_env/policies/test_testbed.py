@@ -16,12 +16,11 @@ from graft_env.policies.tiny.config import (
     TESTBED,
     TinyPairConfig,
     WarmStartTargets,
-    base_skill_weights,
     cache_key,
     pair_of,
-    target_problems,
 )
 from graft_env.policies.tiny.models import TinyShape
+from graft_env.policies.tiny.pools import base_skill_weights, target_problems
 from graft_env.policies.tiny.sft import SFTConfig, _weighted_batches
 from graft_env.policies.zoo import model_path
 
