@@ -20,8 +20,14 @@ from group_runs import (
 from hypothesis import given
 from hypothesis import strategies as st
 
-from algorithms.training.ray.split import block_seed, prompt_blocks, rank_spans, row_chunks
-from graft_env.policies.micro_batches import fixed_size, padded_size, token_budget
+from algorithms.training.ray.split import (
+    balanced_rounds,
+    block_seed,
+    prompt_blocks,
+    rank_spans,
+    row_chunks,
+)
+from graft_env.policies.micro_batches import fixed_size, forward_tokens, padded_size, token_budget
 
 
 @given(st.integers(0, 200), st.integers(1, 9))
@@ -73,6 +79,46 @@ def test_rank_spans_of_token_budget_micro_batches_keep_the_budget(lengths, budge
     if len(spans) <= len(lengths) // world * world:  # no merge needed: only halving
         for span in (span for mine in per_rank for span in mine):
             assert padded_size(span, prompts, responses) <= budget
+
+
+def _round_robin(costs: list[int], world: int) -> list[list[int]]:
+    """The dealing before balancing: longest first, item i to rank i % world."""
+    order = sorted(range(len(costs)), key=lambda i: -costs[i])
+    return [order[rank::world] for rank in range(world)]
+
+
+def _loads(costs: list[int], dealt: list[list[int]]) -> list[int]:
+    return [sum(costs[i] for i in mine) for mine in dealt]
+
+
+@given(st.lists(st.integers(1, 5000), min_size=1, max_size=48), st.integers(1, 6))
+def test_balanced_rounds_spread_is_at_most_round_robins_and_bounded(costs, world):
+    costs = costs[: len(costs) // world * world] or [1] * world
+    dealt = balanced_rounds(costs, world)
+    assert sorted(i for mine in dealt for i in mine) == list(range(len(costs)))
+    assert {len(mine) for mine in dealt} == {len(costs) // world}
+    loads, before = _loads(costs, dealt), _loads(costs, _round_robin(costs, world))
+    assert max(loads) - min(loads) <= max(before) - min(before)
+    ranked = sorted(costs, reverse=True)
+    rounds = [ranked[start : start + world] for start in range(0, len(costs), world)]
+    assert max(loads) - min(loads) <= max(r[0] - r[-1] for r in rounds)
+    # forward i of every rank comes from round i: the lockstep cost stays round-robin's
+    assert [sorted(costs[mine[i]] for mine in dealt) for i in range(len(rounds))] == [
+        sorted(r) for r in rounds
+    ]
+
+
+def test_rank_0_no_longer_gets_the_longer_micro_batch_every_time():
+    """Today's dealing gave rank 0 micro-batches 0, 2, ... of the length-sorted list: the
+    costliest of every round, 14 vs 12 here; balanced, both ranks run 13."""
+    prompts, responses = [1] * 4, [7, 6, 5, 4]
+
+    def cost(span):
+        return forward_tokens(span, prompts, responses)
+
+    per_rank = rank_spans([[0], [1], [2], [3]], 2, "minibatch 0", cost)
+    assert [sum(cost(span) for span in mine) for mine in per_rank] == [13, 13]
+    assert [[cost(span) for span in mine] for mine in per_rank] == [[8, 5], [7, 6]]
 
 
 @pytest.fixture(scope="module")
