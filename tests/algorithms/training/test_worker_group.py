@@ -121,6 +121,21 @@ def test_rank_0_no_longer_gets_the_longer_micro_batch_every_time():
     assert [[cost(span) for span in mine] for mine in per_rank] == [[8, 5], [7, 6]]
 
 
+def test_fixed_size_micro_batches_run_in_lockstep_by_cost():
+    """Fixed-size micro-batches in minibatch order: dealt as they came, rank 0 ran the two
+    short ones while rank 1 ran the two long ones (each forward waits for the slower
+    rank: 20 + 20 positions in lockstep, loads 8 vs 40); sorted into rounds, 20 + 4, 24 each."""
+    prompts, responses = [1] * 8, [1, 1, 9, 9, 1, 1, 9, 9]
+
+    def cost(span):
+        return forward_tokens(span, prompts, responses)
+
+    per_rank = rank_spans(fixed_size(8, 2), 2, "minibatch 0", cost)
+    lockstep = sum(max(cost(mine[i]) for mine in per_rank) for i in range(2))
+    assert lockstep == 24
+    assert [sum(map(cost, mine)) for mine in per_rank] == [24, 24]
+
+
 @pytest.fixture(scope="module")
 def scenario(tmp_path_factory, tiny_pair_paths):
     import ray
