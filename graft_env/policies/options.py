@@ -133,9 +133,11 @@ class HFPolicyOptions:
                 "scoring and update forwards pack each micro-batch's rows into one row without "
                 "padding, position ids restarting per row (policies.forward, verl's "
                 "use_remove_padding): flash_attention_* run varlen kernels, sdpa / eager a "
-                "block-diagonal mask; the token budget counts real tokens; repeated prompts are "
-                "then not shared. Log-probs and gradients equal the padded path's to float "
-                "rounding. Refused in one line where the attention implementation cannot pack"
+                "block-diagonal mask (models load with transformers' default, sdpa: the masked "
+                "form, whose bool mask is N^2 bytes for N packed tokens); the token budget counts "
+                "real tokens; repeated prompts are then not shared. Log-probs and gradients equal "
+                "the padded path's to float rounding. Refused in one line where the attention "
+                "implementation cannot pack"
             )
         },
     )

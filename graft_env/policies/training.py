@@ -18,7 +18,7 @@ Micro-batches are `micro_batch_size` consecutive rows, or, with
 (`policies.micro_batches`); the loss always sees the whole minibatch in its own order.
 The returned `padding_share` is the share of the forwards' token positions that were
 padding. With `padding_free` every forward packs its rows into one row with no padding
-(`forward`; no prompt sharing then), the budget counts real tokens and the
+(`policies.forward`; no prompt sharing then), the budget counts real tokens and the
 share is 0.
 
 A loss with a KL term (`Algorithm.needs_reference`, see `wants_reference`) also

@@ -145,6 +145,8 @@ def scenario(tmp_path_factory, tiny_pair_paths):
     root = tmp_path_factory.mktemp("group")
     one = train(group_config(root / "one", tiny_pair_paths, 1, 3), probe=True)
     two = train(group_config(root / "two", tiny_pair_paths, 2, 3, TWO_RANK_OPTIONS), probe=True)
+    packed_options = {**TWO_RANK_OPTIONS, "padding_free": True}
+    packed = train(group_config(root / "packed", tiny_pair_paths, 2, 1, packed_options), probe=True)
     resumed_config = group_config(root / "resumed", tiny_pair_paths, 2, 3, TWO_RANK_OPTIONS)
     from algorithms.training.loop import Trainer
 
@@ -157,7 +159,13 @@ def scenario(tmp_path_factory, tiny_pair_paths):
     with pytest.raises(AgentFailure) as failure:
         first.train(on_step=kill_after_step_1)
     resumed = train(resumed_config)
-    yield {"one": one, "two": two, "resumed": resumed, "failure": failure.value}
+    yield {
+        "one": one,
+        "two": two,
+        "packed": packed,
+        "resumed": resumed,
+        "failure": failure.value,
+    }
     ray.shutdown()
 
 
@@ -174,21 +182,34 @@ def test_two_ranks_give_the_metrics_of_one_rank(scenario):
                 assert b[key] == value, (a["step"], key)
 
 
-@pytest.mark.slow
-def test_two_ranks_give_the_gradients_of_one_rank(scenario):
-    """Before any optimiser step, on one fixed minibatch: 2 ranks (token-budget micro-batches
-    dealt over the ranks, chunked log-probs) sum to the gradient of 1 rank (one pass)."""
-    for agent, (norm, gradients) in scenario["one"].gradients.items():
-        two_norm, two = scenario["two"].gradients[agent]
-        assert two_norm == pytest.approx(norm, rel=1e-5)
-        assert sorted(two) == sorted(gradients) and gradients
+def _assert_gradients_of_one_rank(one, other) -> None:
+    for agent, (norm, gradients) in one.gradients.items():
+        other_norm, theirs = other.gradients[agent]
+        assert other_norm == pytest.approx(norm, rel=1e-5)
+        assert sorted(theirs) == sorted(gradients) and gradients
         worst = 0.0
         for key, value in gradients.items():
             scale = float(np.abs(value).max())
             assert scale > 0, (agent, key)
-            worst = max(worst, float(np.abs(two[key] - value).max()) / scale)
-            assert np.abs(two[key] - value).max() <= 1e-5 * scale, (agent, key)
-        print(f"{agent}: grad norm {norm:.6g} vs {two_norm:.6g}; max diff / max grad {worst:.2e}")
+            worst = max(worst, float(np.abs(theirs[key] - value).max()) / scale)
+            assert np.abs(theirs[key] - value).max() <= 1e-5 * scale, (agent, key)
+        print(f"{agent}: grad norm {norm:.6g} vs {other_norm:.6g}; max diff / max grad {worst:.2e}")
+
+
+@pytest.mark.slow
+def test_two_ranks_give_the_gradients_of_one_rank(scenario):
+    """Before any optimiser step, on one fixed minibatch: 2 ranks (token-budget micro-batches
+    dealt over the ranks, chunked log-probs) sum to the gradient of 1 rank (one pass)."""
+    _assert_gradients_of_one_rank(scenario["one"], scenario["two"])
+
+
+@pytest.mark.slow
+def test_two_padding_free_ranks_give_the_gradients_of_one_padded_rank(scenario):
+    """The same with `padding_free` on the 2 ranks (packed rows through FSDP2, sdpa's
+    block-diagonal mask), against the padded single pass; no padded position ran."""
+    _assert_gradients_of_one_rank(scenario["one"], scenario["packed"])
+    shares = [v for r in scenario["packed"].rows for k, v in r.items() if "padding_share" in k]
+    assert shares and all(share == 0 for share in shares)
 
 
 @pytest.mark.slow
