@@ -70,6 +70,12 @@ worker_group_device_check  a worker group's rank on one GPU (FSDP2 at world size
                      update beside the step estimate), scoring, generation, the DCP
                      checkpoint saved, loaded and compared (--smoke: CPU, gloo)
                      -> no docs figure until it has run on a GPU
+gpu_probes           one-GPU probes, torch + transformers only, each under its own time
+                     budget (<= 8 min): CUDA IPC buffer sharing with and without expandable
+                     segments, the sync's ack-before-synchronize race, reserved vs allocated
+                     memory around an update, per-request vs batched sampling draws, a rank's
+                     update and scoring rate on Qwen3-1.7B (--smoke: CPU)
+                     -> docs/results/gpu_probes/ once run on a GPU (not yet)
 
 Helpers (no main):
 
@@ -81,6 +87,8 @@ device_summary       device_check's closing table
 trl_workload         vs_trl's fixed workload (tiny Llama, character tokenizer, 16 prompts)
                      and the arithmetic of its report
 trl_sides            vs_trl's timed run of either trainer, ours or TRL's, in one process
+gpu_probe_ipc        gpu_probes' two-process probes: the shared staging buffer, the ack race
+gpu_probe_compute    gpu_probes' allocator, sampling-draw and rank-rate probes
 random_models        random-weight policies of the paper's architectures from their config
                      classes, a fixed batch of exact lengths, peak-memory meters
 worker_group_rank    worker_group_device_check's rank (RankWorker, or DirectRank without

@@ -20,6 +20,19 @@ flows back into the one shared prompt forward: the same gradient as running each
 row in full, for a fraction of the work. Sampling always shares; scoring and
 training share when `share_prompts=True` and some prompt repeats (not under
 gradient checkpointing, which turns the cache off in training mode).
+
+Padding-free rows (`padding_free=True`, the option of that name; verl's
+`use_remove_padding`, TRL's `padding_free`): the rows' prompt + response tokens end to end
+in one row, position ids restarting at 0 per row, no attention mask. transformers reads
+the segments off the resets (`masking_utils.find_packed_sequence_indices`, and
+`_is_packed_sequence` for flash attention): `flash_attention_*` run varlen kernels (no
+padded position anywhere); `sdpa`, `eager` and `flex_attention` one block-diagonal
+causal mask, so the linear layers run real tokens only but attention spans the whole
+packed row, masked per segment (what the CPU tests run). Any other attention would let
+rows see each other silently: `packing_error` refuses it in one line. The hidden states
+go back to the padded [B, R, H] layout of the response positions, so everything after is
+the padded path's, equal to float rounding. It takes the place of prompt sharing (a
+packed row has no cache to share).
 """
 
 from __future__ import annotations
@@ -33,6 +46,13 @@ import torch
 from graft_env.policies.logprobs import Head, chunked_token_logprobs, split_head, token_logprobs
 from graft_env.policies.options import HFPolicyOptions
 
+# attn_implementation -> how a packed row's segments are kept apart (module docstring).
+PACKING_ATTENTION = {
+    **dict.fromkeys(["eager", "sdpa"], "a block-diagonal causal mask"),
+    "flex_attention": "a block mask per segment",
+    **dict.fromkeys([f"flash_attention_{v}" for v in (2, 3, 4)], "varlen kernels"),
+}
+
 
 def _forward_kwargs(model: torch.nn.Module) -> set[str]:
     return set(inspect.signature(model.forward).parameters)
@@ -41,6 +61,20 @@ def _forward_kwargs(model: torch.nn.Module) -> set[str]:
 def cache_argument(model: torch.nn.Module) -> str:
     """transformers >= 5 calls the KV cache `cache`; 4.x called it `past_key_values`."""
     return "cache" if "cache" in _forward_kwargs(model) else "past_key_values"
+
+
+def packing_error(model: torch.nn.Module) -> str | None:
+    """Why `model` cannot run padding-free packed rows (one line), or None when it can."""
+    implementation = getattr(model.config, "_attn_implementation", None)
+    if implementation not in PACKING_ATTENTION:
+        return (
+            f"padding_free needs attn_implementation in {sorted(PACKING_ATTENTION)}; "
+            f"{type(model).__name__} runs {implementation!r}, which cannot keep packed rows apart"
+        )
+    body, _ = split_head(model)
+    if "position_ids" not in _forward_kwargs(body):
+        return f"padding_free needs position ids; {type(body).__name__}.forward takes none"
+    return None
 
 
 def output_cache(output) -> object:
@@ -80,6 +114,38 @@ def pack_prompt_response(
         return torch.tensor(data, dtype=torch.long, device=device)
 
     return as_tensor(rows), as_tensor(masks), as_tensor(targets), as_tensor(target_masks)
+
+
+def packed_layout(
+    prompt_ids: Sequence[Sequence[int]],
+    response_ids: Sequence[Sequence[int]],
+    device: torch.device,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(input_ids [1, N], position_ids [1, N], predictors [B, R]) of the packed rows.
+
+    `predictors[b, t]` is the packed position whose output predicts row b's response
+    token t (its previous token); 0 past the row's response (masked downstream).
+    """
+    if len(prompt_ids) != len(response_ids):
+        raise ValueError(f"{len(prompt_ids)} prompts but {len(response_ids)} responses")
+    if any(len(p) == 0 for p in prompt_ids):
+        raise ValueError("padding_free: every prompt needs at least one token")
+    width = max(len(r) for r in response_ids)
+    tokens: list[int] = []
+    positions: list[int] = []
+    predictors = []
+    for prompt, response in zip(prompt_ids, response_ids, strict=True):
+        start, length = len(tokens), len(prompt) + len(response)
+        tokens += [*prompt, *response]
+        positions += range(length)
+        first = start + len(prompt) - 1
+        row = list(range(first, first + len(response)))
+        predictors.append(row + [0] * (width - len(row)))
+
+    def as_tensor(data: list) -> torch.Tensor:
+        return torch.tensor(data, dtype=torch.long, device=device)
+
+    return as_tensor([tokens]), as_tensor([positions]), as_tensor(predictors)
 
 
 @dataclass
@@ -225,6 +291,25 @@ def _single_pass_predictors(
     return _Predictors([tail], drop_last=True)
 
 
+def _packed_predictors(
+    model: torch.nn.Module,
+    prompt_ids: Sequence[Sequence[int]],
+    response_ids: Sequence[Sequence[int]],
+) -> _Predictors:
+    """One forward of the rows packed (`packed_layout`); the states at each row's
+    response positions, in the padded [B, R, H] layout (past a row's end: masked)."""
+    error = packing_error(model)
+    if error:
+        raise ValueError(error)
+    body, _ = split_head(model)
+    device = next(model.parameters()).device
+    input_ids, position_ids, predictors = packed_layout(prompt_ids, response_ids, device)
+    output = body(
+        input_ids=input_ids, attention_mask=None, position_ids=position_ids, use_cache=False
+    )
+    return _Predictors([output.last_hidden_state[0][predictors]], drop_last=False)
+
+
 @dataclass
 class ResponseLogprobs:
     """Log-probs of response tokens [B, R] (0 on padding) and what they came from."""
@@ -244,6 +329,7 @@ def response_logprobs(
     with_entropy: bool = True,
     share_prompts: bool = False,
     logits_chunk_tokens: int | None = HFPolicyOptions.logits_chunk_tokens,
+    padding_free: bool = False,
 ) -> ResponseLogprobs:
     """Teacher-forced log-probs of each response token given its prompt.
 
@@ -257,6 +343,8 @@ def response_logprobs(
     unless `with_entropy`). `share_prompts`: run each repeated prompt once (module
     docstring); the result differs from the single pass only by float rounding.
     Off by default so the SFT warm-start (and the tiny pair it builds) is unchanged.
+    `padding_free`: one packed forward of the rows (module docstring) instead of either;
+    ValueError in one line where the model's attention cannot keep packed rows apart.
     """
     if any(len(r) == 0 for r in response_ids):
         raise ValueError("every response needs at least one token (its EOS at least)")
@@ -267,7 +355,9 @@ def response_logprobs(
     rows, response_len = targets.shape
     one_chunk = logits_chunk_tokens is None or rows * (response_len + 1) <= logits_chunk_tokens
     repeats = len({tuple(ids) for ids in prompt_ids}) < len(prompt_ids)
-    if share_prompts and repeats and not _checkpointing(model):
+    if padding_free:
+        predictors = _packed_predictors(model, prompt_ids, response_ids)
+    elif share_prompts and repeats and not _checkpointing(model):
         predictors = _shared_prompt_predictors(
             model, prompt_ids, targets, target_mask, pad_id, with_logits=one_chunk
         )

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from graft_env.policies.base import FINISH_REASONS, Done, Generation, LossFn, SamplingParams
-from graft_env.policies.forward import response_logprobs
+from graft_env.policies.forward import packing_error, response_logprobs
 from graft_env.policies.generation import sample
 from graft_env.policies.loading import DTYPES, load_model, load_tokenizer
 from graft_env.policies.micro_batches import micro_batches
@@ -64,6 +64,9 @@ class HFPolicy:
         pad = self.tokenizer.pad_token_id
         self.pad_id = self.eos_id if pad is None else int(pad)  # pads are always masked
         self.model = load_model(self.path, self.options)
+        error = packing_error(self.model) if self.options.padding_free else None
+        if error:
+            raise ValueError(f"HFPolicyOptions.padding_free ({self.path}): {error}")
         self._reference: torch.nn.Module | None = None  # see reference_model
         self.optimizer = self._new_optimizer()
         self.max_positions = getattr(self.model.config, "max_position_embeddings", None)
@@ -219,6 +222,7 @@ class HFPolicy:
             size=self.options.score_batch_size,
             budget=self.options.max_tokens_per_micro_batch,
             where=f"{self.name}: scoring",
+            padding_free=self.options.padding_free,
         )
         scored: dict[int, np.ndarray] = {}
         for group in groups:
@@ -232,6 +236,7 @@ class HFPolicy:
                     with_entropy=False,
                     share_prompts=True,
                     logits_chunk_tokens=self.options.logits_chunk_tokens,
+                    padding_free=self.options.padding_free,
                 )
             rows = result.logprobs.cpu().numpy()
             scored.update(
@@ -293,6 +298,7 @@ class HFPolicy:
             micro_batch_size=self.options.micro_batch_size,
             max_tokens_per_micro_batch=self.options.max_tokens_per_micro_batch,
             logits_chunk_tokens=self.options.logits_chunk_tokens,
+            padding_free=self.options.padding_free,
             precision=self.compute_precision,
             reference=self.reference_model() if wants_reference(loss_fn) else None,
         )

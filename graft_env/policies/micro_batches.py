@@ -14,6 +14,9 @@ under a 8,192-token budget, 1.09-1.15x (median 1.12) under 16,384, 1.15-1.25x un
 padding is left is mostly the prompts'. Each micro-batch lists its rows in minibatch
 order, and which rows form the minibatch (peer-last order, SPEC §5) is not touched:
 only how the forwards are cut changes, never the loss's minibatch.
+
+Padding-free forwards (the `padding_free` option, `policies.forward`) run a micro-batch's
+real tokens only: `forward_tokens` is then their sum, and the budget fills with it.
 """
 
 from __future__ import annotations
@@ -36,11 +39,28 @@ def padded_size(
     return len(group) * (longest_prompt + longest_response)
 
 
+def forward_tokens(
+    group: Sequence[int],
+    prompt_lens: Sequence[int],
+    response_lens: Sequence[int],
+    padding_free: bool = False,
+) -> int:
+    """Token positions `group`'s forward runs: its real tokens when `padding_free`, else
+    its `padded_size`."""
+    if padding_free:
+        return sum(prompt_lens[j] + response_lens[j] for j in group)
+    return padded_size(group, prompt_lens, response_lens)
+
+
 def token_budget(
-    prompt_lens: Sequence[int], response_lens: Sequence[int], budget: int, where: str
+    prompt_lens: Sequence[int],
+    response_lens: Sequence[int],
+    budget: int,
+    where: str,
+    padding_free: bool = False,
 ) -> list[list[int]]:
-    """Rows grouped so each group's `padded_size` is at most `budget`, longest responses
-    first.
+    """Rows grouped so each group's `forward_tokens` is at most `budget`, longest
+    responses first.
 
     A row that alone exceeds the budget raises, naming it (`where` says whose rows).
     """
@@ -54,7 +74,10 @@ def token_budget(
                 f"{where}: row {j} has {prompt_lens[j]} prompt + {response_lens[j]} response "
                 f"tokens, over max_tokens_per_micro_batch={budget}"
             )
-        if groups and padded_size([*groups[-1], j], prompt_lens, response_lens) <= budget:
+        if (
+            groups
+            and forward_tokens([*groups[-1], j], prompt_lens, response_lens, padding_free) <= budget
+        ):
             groups[-1].append(j)
         else:
             groups.append([j])
@@ -62,12 +85,15 @@ def token_budget(
 
 
 def token_counts(
-    groups: Sequence[Sequence[int]], prompt_lens: Sequence[int], response_lens: Sequence[int]
+    groups: Sequence[Sequence[int]],
+    prompt_lens: Sequence[int],
+    response_lens: Sequence[int],
+    padding_free: bool = False,
 ) -> tuple[int, int]:
-    """(real tokens, padded positions) over `groups`' forwards."""
+    """(real tokens, positions run) over `groups`' forwards."""
     real = sum(prompt_lens[j] + response_lens[j] for group in groups for j in group)
-    padded = sum(padded_size(group, prompt_lens, response_lens) for group in groups)
-    return real, padded
+    run = sum(forward_tokens(g, prompt_lens, response_lens, padding_free) for g in groups)
+    return real, run
 
 
 def micro_batches(
@@ -77,8 +103,9 @@ def micro_batches(
     size: int | None,
     budget: int | None,
     where: str,
+    padding_free: bool = False,
 ) -> list[list[int]]:
     """`token_budget` groups when a budget is set, else `fixed_size` runs of `size` rows."""
     if budget is None:
         return fixed_size(len(prompt_lens), size)
-    return token_budget(prompt_lens, response_lens, budget, where)
+    return token_budget(prompt_lens, response_lens, budget, where, padding_free)

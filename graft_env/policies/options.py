@@ -126,6 +126,21 @@ class HFPolicyOptions:
             )
         },
     )
+    padding_free: Flag = field(
+        default=False,
+        metadata={
+            "help": (
+                "scoring and update forwards pack each micro-batch's rows into one row without "
+                "padding, position ids restarting per row (policies.forward, verl's "
+                "use_remove_padding): flash_attention_* run varlen kernels, sdpa / eager a "
+                "block-diagonal mask (models load with transformers' default, sdpa: the masked "
+                "form, whose bool mask is N^2 bytes for N packed tokens); the token budget counts "
+                "real tokens; repeated prompts are then not shared. Log-probs and gradients equal "
+                "the padded path's to float rounding. Refused in one line where the attention "
+                "implementation cannot pack"
+            )
+        },
+    )
     local_files_only: Flag = field(
         default=True,
         metadata={"help": "never contact the model hub (the default on these machines)"},

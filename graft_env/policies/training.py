@@ -17,7 +17,9 @@ Micro-batches are `micro_batch_size` consecutive rows, or, with
 `max_tokens_per_micro_batch`, rows grouped by length under that token budget
 (`policies.micro_batches`); the loss always sees the whole minibatch in its own order.
 The returned `padding_share` is the share of the forwards' token positions that were
-padding.
+padding. With `padding_free` every forward packs its rows into one row with no padding
+(`policies.forward`; no prompt sharing then), the budget counts real tokens and the
+share is 0.
 
 A loss with a KL term (`Algorithm.needs_reference`, see `wants_reference`) also
 gets `ref_logp`: the same [B, T] log-probs under a frozen reference model, from one
@@ -57,6 +59,7 @@ class OptimStep:
     micro_batch_size: int | None
     max_tokens_per_micro_batch: int | None = None
     logits_chunk_tokens: int | None = HFPolicyOptions.logits_chunk_tokens
+    padding_free: bool = False
     precision: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
     reference: torch.nn.Module | None = None
 
@@ -114,8 +117,9 @@ def _minibatch_gradients(
         size=step.micro_batch_size,
         budget=step.max_tokens_per_micro_batch,
         where="update minibatch",
+        padding_free=step.padding_free,
     )
-    real, padded = token_counts(spans, prompt_lens, response_lens)
+    real, padded = token_counts(spans, prompt_lens, response_lens, step.padding_free)
 
     def forward(span: list[int], module: torch.nn.Module = model) -> ResponseLogprobs:
         with step.precision():
@@ -128,6 +132,7 @@ def _minibatch_gradients(
                 with_entropy=module is model,  # the reference only supplies ref_logp
                 share_prompts=True,
                 logits_chunk_tokens=step.logits_chunk_tokens,
+                padding_free=step.padding_free,
             )
 
     def all_logprobs(module: torch.nn.Module) -> torch.Tensor:

@@ -41,7 +41,7 @@ from algorithms.training.ray.fsdp import in_root
 from algorithms.training.ray.split import rank_spans
 from graft_env.policies import HFPolicy, LossFn
 from graft_env.policies.forward import response_logprobs
-from graft_env.policies.micro_batches import micro_batches, token_counts
+from graft_env.policies.micro_batches import forward_tokens, micro_batches, token_counts
 from graft_env.policies.precision import half_precision_training_error
 from graft_env.policies.training import pass_metrics, stats_as_floats, wants_reference
 from graft_env.types import TrainBatch, TrainSequence
@@ -95,8 +95,13 @@ def _minibatch(
         size=options.micro_batch_size,
         budget=options.max_tokens_per_micro_batch,
         where=where,
+        padding_free=options.padding_free,
     )
-    spans = rank_spans(local_spans, dist.get_world_size(), where)
+
+    def cost(span: Sequence[int]) -> int:
+        return forward_tokens(span, prompt_lens, response_lens, options.padding_free)
+
+    spans = rank_spans(local_spans, dist.get_world_size(), where, cost)
     mine = spans[dist.get_rank()]
     width = max(response_lens)
 
@@ -112,6 +117,7 @@ def _minibatch(
                     with_entropy=entropy,
                     share_prompts=False,  # module docstring: one body forward per span
                     logits_chunk_tokens=options.logits_chunk_tokens,
+                    padding_free=options.padding_free,
                 )
 
         return in_root(model, run) if module is model else run()
@@ -134,7 +140,7 @@ def _minibatch(
         rows = torch.tensor(span, device=upstream.device)
         result.logprobs.backward(upstream[rows, : result.logprobs.shape[1]])
         entropy_sum += result.entropy_sum
-    real, padded = token_counts(mine, prompt_lens, response_lens)
+    real, padded = token_counts(mine, prompt_lens, response_lens, options.padding_free)
     return {
         "loss": float(loss.detach()),
         "stats": stats_as_floats(stats, where),

@@ -20,8 +20,14 @@ from group_runs import (
 from hypothesis import given
 from hypothesis import strategies as st
 
-from algorithms.training.ray.split import block_seed, prompt_blocks, rank_spans, row_chunks
-from graft_env.policies.micro_batches import fixed_size, padded_size, token_budget
+from algorithms.training.ray.split import (
+    balanced_rounds,
+    block_seed,
+    prompt_blocks,
+    rank_spans,
+    row_chunks,
+)
+from graft_env.policies.micro_batches import fixed_size, forward_tokens, padded_size, token_budget
 
 
 @given(st.integers(0, 200), st.integers(1, 9))
@@ -75,6 +81,61 @@ def test_rank_spans_of_token_budget_micro_batches_keep_the_budget(lengths, budge
             assert padded_size(span, prompts, responses) <= budget
 
 
+def _round_robin(costs: list[int], world: int) -> list[list[int]]:
+    """The dealing before balancing: longest first, item i to rank i % world."""
+    order = sorted(range(len(costs)), key=lambda i: -costs[i])
+    return [order[rank::world] for rank in range(world)]
+
+
+def _loads(costs: list[int], dealt: list[list[int]]) -> list[int]:
+    return [sum(costs[i] for i in mine) for mine in dealt]
+
+
+@given(st.lists(st.integers(1, 5000), min_size=1, max_size=48), st.integers(1, 6))
+def test_balanced_rounds_spread_is_at_most_round_robins_and_bounded(costs, world):
+    costs = costs[: len(costs) // world * world] or [1] * world
+    dealt = balanced_rounds(costs, world)
+    assert sorted(i for mine in dealt for i in mine) == list(range(len(costs)))
+    assert {len(mine) for mine in dealt} == {len(costs) // world}
+    loads, before = _loads(costs, dealt), _loads(costs, _round_robin(costs, world))
+    assert max(loads) - min(loads) <= max(before) - min(before)
+    ranked = sorted(costs, reverse=True)
+    rounds = [ranked[start : start + world] for start in range(0, len(costs), world)]
+    assert max(loads) - min(loads) <= max(r[0] - r[-1] for r in rounds)
+    # forward i of every rank comes from round i: the lockstep cost stays round-robin's
+    assert [sorted(costs[mine[i]] for mine in dealt) for i in range(len(rounds))] == [
+        sorted(r) for r in rounds
+    ]
+
+
+def test_rank_0_no_longer_gets_the_longer_micro_batch_every_time():
+    """Today's dealing gave rank 0 micro-batches 0, 2, ... of the length-sorted list: the
+    costliest of every round, 14 vs 12 here; balanced, both ranks run 13."""
+    prompts, responses = [1] * 4, [7, 6, 5, 4]
+
+    def cost(span):
+        return forward_tokens(span, prompts, responses)
+
+    per_rank = rank_spans([[0], [1], [2], [3]], 2, "minibatch 0", cost)
+    assert [sum(cost(span) for span in mine) for mine in per_rank] == [13, 13]
+    assert [[cost(span) for span in mine] for mine in per_rank] == [[8, 5], [7, 6]]
+
+
+def test_fixed_size_micro_batches_run_in_lockstep_by_cost():
+    """Fixed-size micro-batches in minibatch order: dealt as they came, rank 0 ran the two
+    short ones while rank 1 ran the two long ones (each forward waits for the slower
+    rank: 20 + 20 positions in lockstep, loads 8 vs 40); sorted into rounds, 20 + 4, 24 each."""
+    prompts, responses = [1] * 8, [1, 1, 9, 9, 1, 1, 9, 9]
+
+    def cost(span):
+        return forward_tokens(span, prompts, responses)
+
+    per_rank = rank_spans(fixed_size(8, 2), 2, "minibatch 0", cost)
+    lockstep = sum(max(cost(mine[i]) for mine in per_rank) for i in range(2))
+    assert lockstep == 24
+    assert [sum(map(cost, mine)) for mine in per_rank] == [24, 24]
+
+
 @pytest.fixture(scope="module")
 def scenario(tmp_path_factory, tiny_pair_paths):
     import ray
@@ -84,6 +145,8 @@ def scenario(tmp_path_factory, tiny_pair_paths):
     root = tmp_path_factory.mktemp("group")
     one = train(group_config(root / "one", tiny_pair_paths, 1, 3), probe=True)
     two = train(group_config(root / "two", tiny_pair_paths, 2, 3, TWO_RANK_OPTIONS), probe=True)
+    packed_options = {**TWO_RANK_OPTIONS, "padding_free": True}
+    packed = train(group_config(root / "packed", tiny_pair_paths, 2, 1, packed_options), probe=True)
     resumed_config = group_config(root / "resumed", tiny_pair_paths, 2, 3, TWO_RANK_OPTIONS)
     from algorithms.training.loop import Trainer
 
@@ -96,7 +159,13 @@ def scenario(tmp_path_factory, tiny_pair_paths):
     with pytest.raises(AgentFailure) as failure:
         first.train(on_step=kill_after_step_1)
     resumed = train(resumed_config)
-    yield {"one": one, "two": two, "resumed": resumed, "failure": failure.value}
+    yield {
+        "one": one,
+        "two": two,
+        "packed": packed,
+        "resumed": resumed,
+        "failure": failure.value,
+    }
     ray.shutdown()
 
 
@@ -113,21 +182,34 @@ def test_two_ranks_give_the_metrics_of_one_rank(scenario):
                 assert b[key] == value, (a["step"], key)
 
 
-@pytest.mark.slow
-def test_two_ranks_give_the_gradients_of_one_rank(scenario):
-    """Before any optimiser step, on one fixed minibatch: 2 ranks (token-budget micro-batches
-    dealt over the ranks, chunked log-probs) sum to the gradient of 1 rank (one pass)."""
-    for agent, (norm, gradients) in scenario["one"].gradients.items():
-        two_norm, two = scenario["two"].gradients[agent]
-        assert two_norm == pytest.approx(norm, rel=1e-5)
-        assert sorted(two) == sorted(gradients) and gradients
+def _assert_gradients_of_one_rank(one, other) -> None:
+    for agent, (norm, gradients) in one.gradients.items():
+        other_norm, theirs = other.gradients[agent]
+        assert other_norm == pytest.approx(norm, rel=1e-5)
+        assert sorted(theirs) == sorted(gradients) and gradients
         worst = 0.0
         for key, value in gradients.items():
             scale = float(np.abs(value).max())
             assert scale > 0, (agent, key)
-            worst = max(worst, float(np.abs(two[key] - value).max()) / scale)
-            assert np.abs(two[key] - value).max() <= 1e-5 * scale, (agent, key)
-        print(f"{agent}: grad norm {norm:.6g} vs {two_norm:.6g}; max diff / max grad {worst:.2e}")
+            worst = max(worst, float(np.abs(theirs[key] - value).max()) / scale)
+            assert np.abs(theirs[key] - value).max() <= 1e-5 * scale, (agent, key)
+        print(f"{agent}: grad norm {norm:.6g} vs {other_norm:.6g}; max diff / max grad {worst:.2e}")
+
+
+@pytest.mark.slow
+def test_two_ranks_give_the_gradients_of_one_rank(scenario):
+    """Before any optimiser step, on one fixed minibatch: 2 ranks (token-budget micro-batches
+    dealt over the ranks, chunked log-probs) sum to the gradient of 1 rank (one pass)."""
+    _assert_gradients_of_one_rank(scenario["one"], scenario["two"])
+
+
+@pytest.mark.slow
+def test_two_padding_free_ranks_give_the_gradients_of_one_padded_rank(scenario):
+    """The same with `padding_free` on the 2 ranks (packed rows through FSDP2, sdpa's
+    block-diagonal mask), against the padded single pass; no padded position ran."""
+    _assert_gradients_of_one_rank(scenario["one"], scenario["packed"])
+    shares = [v for r in scenario["packed"].rows for k, v in r.items() if "padding_share" in k]
+    assert shares and all(share == 0 for share in shares)
 
 
 @pytest.mark.slow
