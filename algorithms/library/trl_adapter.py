@@ -62,7 +62,6 @@ import torch
 import trl
 from packaging.version import Version
 from trl import GRPOTrainer
-from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import pad, split_tensor_dict, use_adapter
 
 import algorithms
@@ -72,7 +71,7 @@ from algorithms.library import LIBRARY_AGENT
 from algorithms.library.choice import CHOICES
 from algorithms.library.format import LibraryError, prompt_key
 from algorithms.library.source import LibrarySource, Lookup
-from algorithms.library.trl_batch import in_order, with_peer_rows
+from algorithms.library.trl_batch import checkpointing_off, in_order, with_peer_rows
 from algorithms.rollouts import step_rng
 from graft_env.rewards import verify_batch
 from graft_env.types import AgentRollouts, ScoredText, TransferredGroup
@@ -345,8 +344,10 @@ class GraftGRPOTrainer(GRPOTrainer):
         picked = torch.tensor(list(rows), device=batch["prompt_ids"].device)
         input_ids = torch.cat([batch["prompt_ids"][picked], ids.to(device)], dim=1)
         attention = torch.cat([batch["prompt_mask"][picked], mask.to(device)], dim=1)
-        checkpointing = self.args.gradient_checkpointing_kwargs
-        with torch.no_grad(), disable_gradient_checkpointing(self.model, checkpointing), context:
+        checkpointing = getattr(self.args, "activation_checkpointing_kwargs", None)
+        if checkpointing is None:  # transformers < 5.24 knows only the old name
+            checkpointing = self.args.gradient_checkpointing_kwargs
+        with torch.no_grad(), checkpointing_off(self.model, checkpointing), context:
             logps, _, _ = self._get_per_token_logps_and_entropies(
                 model, input_ids, attention, ids.size(1), self.args.per_device_train_batch_size
             )

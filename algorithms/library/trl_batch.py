@@ -1,5 +1,6 @@
 """The rows of TRL's generation batch under graft-library (`trl_adapter`): a transferred
-group's peer responses written over its receiver rows, and the rows put in minibatch order.
+group's peer responses written over its receiver rows, and the rows put in minibatch order;
+and activation checkpointing switched off around the peer rows' scoring.
 
 A peer row holds the peer's tokens (re-tokenised by the receiver), the receiver's scoring as
 its old (and sampler) log-probs, so the sampler ratio is 1, and its weighted advantage a w;
@@ -9,7 +10,8 @@ limit, is masked out with advantage 0.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -86,3 +88,21 @@ def in_order(value: Any, order: torch.Tensor) -> Any:
     if isinstance(value, torch.Tensor) and value.ndim >= 1:
         return value[order.to(value.device)]
     return value
+
+
+@contextlib.contextmanager
+def checkpointing_off(model: Any, kwargs: dict[str, Any] | None) -> Iterator[None]:
+    """Activation checkpointing off for a no-grad forward, restored with `kwargs` after: TRL's
+    `disable_gradient_checkpointing`, under the names transformers >= 5.24 keeps (its
+    `is_gradient_checkpointing` / `gradient_checkpointing_*` aliases warn, removed in v6)."""
+    new = hasattr(model, "is_activation_checkpointing")
+    was_on = model.is_activation_checkpointing if new else model.is_gradient_checkpointing
+    if was_on:
+        (model.activation_checkpointing_disable if new else model.gradient_checkpointing_disable)()
+    try:
+        yield
+    finally:
+        if was_on:
+            (model.activation_checkpointing_enable if new else model.gradient_checkpointing_enable)(
+                kwargs
+            )
