@@ -4,8 +4,10 @@
 awake, KV cache awake), keeps the state as vLLM's sleep mode would (sleep drops both; a
 wake_up of a tag restores it), answers `generate` with one token per sample (cut by the
 length limit), and `collective_rpc` as one worker that loaded everything. With
-`$GRAFT_FAKE_VLLM_PIDS` set to a folder, each engine starts a real child process (as vLLM's
-engine core is one) and writes its pid there; `llm_engine.engine_core.shutdown()` stops it.
+`$GRAFT_FAKE_VLLM_PIDS` set to a folder, each engine starts real processes, an engine core
+(a child of the process that builds the `LLM`) with one worker of its own (a grandchild), as
+vLLM's multiprocess engine does, and writes their pids there;
+`llm_engine.engine_core.shutdown()` stops both.
 """
 
 from __future__ import annotations
@@ -18,6 +20,17 @@ from types import SimpleNamespace
 
 EVENTS: list[tuple[str, bool, bool]] = []  # (call, weights awake, KV cache awake)
 TOKEN = 5  # every sample's one token
+CORE = """
+import pathlib, signal, subprocess, sys, time
+worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+pathlib.Path(sys.argv[1], f"{worker.pid}.pid").write_text("worker")
+def stop(*_):
+    worker.terminate()
+    worker.wait()
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+time.sleep(600)
+"""
 
 
 class SamplingParams:
@@ -30,8 +43,10 @@ class _Core:
         self.process = None
         folder = os.environ.get("GRAFT_FAKE_VLLM_PIDS")
         if folder:
-            self.process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-            (Path(folder) / f"{self.process.pid}.pid").write_text(str(os.getpid()))
+            # an engine core (a child) that starts a worker (a grandchild), as vLLM's does,
+            # and stops it when terminated
+            self.process = subprocess.Popen([sys.executable, "-c", CORE, folder])
+            (Path(folder) / f"{self.process.pid}.pid").write_text("core")
 
     def shutdown(self) -> None:
         if self.process is not None:
