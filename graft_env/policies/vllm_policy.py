@@ -86,7 +86,7 @@ class VLLMPolicy(HFPolicy):
                     f"{self.name}: weight sync left engine parameters {untouched} unset; "
                     "the engine's model does not match the trained one"
                 )
-            self.engine.loaded()
+            self.engine.loaded(release_buffers=False)  # the workers keep the one buffer
         return len(slots), skipped
 
     def close(self) -> None:

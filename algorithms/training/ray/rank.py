@@ -258,7 +258,7 @@ class RankWorker:
                     f"{policy.name}: weight sync left engine parameters {untouched} unset; "
                     "the engine's model does not match the trained one"
                 )
-            engine.loaded()
+            engine.loaded(release_buffers=True)  # the next sync allocates new buffers
         return stats
 
     def generate_engine(

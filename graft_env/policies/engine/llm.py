@@ -165,10 +165,12 @@ class VLLMEngine:
         )
         return sorted({name for names in untouched for name in names})
 
-    def loaded(self) -> None:
-        """After a sync: the workers let go of its buffers, and no KV block computed with
-        the old weights is reused."""
-        self.llm.collective_rpc("graft_end_sync")
+    def loaded(self, release_buffers: bool) -> None:
+        """After a sync: no KV block computed with the old weights is reused, and with
+        `release_buffers` (the sender allocates new buffers for its next sync) the workers
+        let go of this one's."""
+        if release_buffers:
+            self.llm.collective_rpc("graft_end_sync")
         self.llm.reset_prefix_cache()
 
     def close(self) -> None:
