@@ -15,6 +15,7 @@ Modules:
 
 base              the Policy protocol: all the training loop knows about a model
 cache             where built-in models are built and kept
+engine/           the vLLM engine beside a trainer: lifecycle, weight transfer, memory per phase
 forward           the model forwards shared by sampling, scoring and training
 generation        sampling: a KV-cache decoding loop recording log-probs as training sees them
 hf                `HFPolicy`: any local causal LM directory behind the Policy protocol

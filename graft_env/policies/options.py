@@ -287,13 +287,38 @@ class VLLMEngineOptions:
             )
         },
     )
+    data_parallel_size: Positive = field(
+        default=1,
+        metadata={
+            "help": (
+                "worker groups: engine replicas, each tensor-parallel over its own "
+                "vllm_tensor_parallel_size ranks (null tp: the ranks / this), replica j owned "
+                "by rank j x tp; the prompts are split over them (verl's tuning guide prefers "
+                "replicas to a wide TP for small models). tp x this must not exceed the ranks"
+            )
+        },
+    )
+    seed_scope: Literal["request", "step"] = field(
+        default="request",
+        metadata={
+            "help": (
+                "request: every request seeded from the call's seed and its index (bit-"
+                "reproducible; vLLM's CUDA sampler then takes its per-request path). step: the "
+                "engine's generators seeded once per call and requests unseeded (one batched "
+                "draw, as TRL seeds its engine); reproducible only where the engine's "
+                "scheduling is, which vLLM's multiprocess engine does not promise"
+            )
+        },
+    )
     sleep_mode: Flag | None = field(
         default=None,
         metadata={
             "help": (
-                "vLLM enable_sleep_mode: sleep(level=1) releases the engine's weights and KV "
-                "cache during each update, wake_up() and a weight sync after it. CUDA only; "
-                "null: on with device cuda, off on CPU (true on CPU is refused)"
+                "vLLM enable_sleep_mode: the engine sleeps right after each generate (level 2 in a "
+                "worker group, whose sync rewrites every weight; level 1 in one process) and "
+                "wakes its weights for the sync, its KV cache before generating "
+                "(policies.engine.cycle). CUDA only; null: on with device cuda, off on CPU (true "
+                "on CPU is refused)"
             )
         },
     )

@@ -7,7 +7,9 @@ group's size into what `vllm.LLM` is built with, and refuses, in one line naming
 - `max_model_len`: `vllm_max_model_len`, else `vllm_max_prompt_tokens` +
   `sampling.max_new_tokens` (the run config has no prompt limit of its own; a longer
   prompt is refused when it comes);
-- `tensor_parallel_size`: `vllm_tensor_parallel_size`, else the group's ranks;
+- `tensor_parallel_size`: `vllm_tensor_parallel_size`, else the group's ranks divided by
+  `vllm_data_parallel_size` (the engine replicas, default 1); tp x replicas must not exceed
+  the ranks, and the ranks must divide evenly when tp is derived;
 - sleep mode: `vllm_sleep_mode`, else on with CUDA and off on CPU; `true` on CPU is refused
   (vLLM's CuMemAllocator is CUDA only);
 - on CUDA, memory per GPU (a rank and its tensor-parallel engine worker share one GPU):
@@ -51,6 +53,7 @@ class EngineSettings:
     max_model_len: int
     tensor_parallel_size: int
     sleep_mode: bool
+    data_parallel_size: int
     gpu_memory_utilization: float | None  # None on CPU (kv_cache_gib sizes the cache)
     kv_cache_bytes: float | None  # on CUDA: the share left for KV per GPU (vLLM sizes it)
     kv_tokens: int | None  # how many tokens that KV holds
@@ -73,6 +76,29 @@ def engine_options(options: Mapping[str, Any], where: str) -> VLLMEngineOptions:
         return VLLMEngineOptions.from_prefixed(prefixed)
     except OptionError as error:
         raise error.at(where, OPTION_PREFIX) from None
+
+
+def engine_parallelism(where: str, engine: VLLMEngineOptions, ranks: int) -> int:
+    """The replicas' tensor parallelism: `vllm_tensor_parallel_size`, else the ranks per
+    replica; a layout the group's ranks cannot hold is a one-line ConfigError."""
+    dp = engine.data_parallel_size
+    if engine.tensor_parallel_size is None and ranks % dp:
+        raise ConfigError(
+            f"{where}.vllm_data_parallel_size: {dp} replicas do not divide the group's {ranks} "
+            "rank(s) (ray.ranks_per_agent); set vllm_tensor_parallel_size"
+        )
+    tp = engine.tensor_parallel_size or ranks // dp
+    if tp * dp > ranks:
+        key, what = (
+            ("vllm_tensor_parallel_size", f"{tp}")
+            if dp == 1
+            else ("vllm_data_parallel_size", f"{dp} replicas x tp {tp}")
+        )
+        raise ConfigError(
+            f"{where}.{key}: {what} is more than the group's {ranks} rank(s) "
+            "(ray.ranks_per_agent): the engine runs on the agent's devices"
+        )
+    return tp
 
 
 def rank_update_peak(plan: PolicyPlan, ranks: int) -> tuple[float, float]:
@@ -121,12 +147,7 @@ def engine_settings(
         sleep = engine.sleeps("cuda" if cuda else device.partition(":")[0])
     except OptionError as error:
         raise error.at(where, OPTION_PREFIX) from None
-    tp = engine.tensor_parallel_size or ranks
-    if tp > ranks:
-        raise ConfigError(
-            f"{where}.vllm_tensor_parallel_size: {tp} is more than the group's {ranks} "
-            "rank(s) (ray.ranks_per_agent): the engine runs on the agent's devices"
-        )
+    tp = engine_parallelism(where, engine, ranks)
     max_model_len = engine.max_model_len or engine.max_prompt_tokens + max_new_tokens
     if max_model_len <= max_new_tokens:
         raise ConfigError(
@@ -137,6 +158,7 @@ def engine_settings(
         max_model_len=max_model_len,
         tensor_parallel_size=tp,
         sleep_mode=sleep,
+        data_parallel_size=engine.data_parallel_size,
         gpu_memory_utilization=None,
         kv_cache_bytes=None,
         kv_tokens=None,

@@ -22,6 +22,7 @@ every FSDP module once (one collective on every rank) and keeps it whole until i
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
@@ -75,14 +76,22 @@ def shard(model: torch.nn.Module, device: torch.device) -> FSDPModule:
 def sharded_policy(model: str, options: Mapping[str, Any]) -> HFPolicy:
     """A rank's policy: `load_policy(model, **options)`, which must be a transformers policy,
     sharded (`shard`) and given an AdamW over its shards (the process group already joined).
-    Shared by `rank.RankWorker.setup` and the Ray-free device check."""
-    policy = load_policy(model, **options)
+    Shared by `rank.RankWorker.setup` and the Ray-free device check.
+
+    The full copy is loaded into CPU memory, never onto the GPU: `fully_shard` moves each
+    decoder layer to the device mesh's GPU as it shards it and frees the full layer, so a
+    rank's GPU holds its shards plus at most one whole layer while loading (the order
+    verl's `_build_model_optimizer` keeps: load on CPU, wrap with FSDP on the device)."""
+    device = torch.device(options.get("device", "cpu"))
+    policy = load_policy(model, **{**options, "device": "cpu"})
     if type(policy) is not HFPolicy:
         raise ValueError(
             f"a worker group shards a transformers policy; {model!r} loads as "
             f"{type(policy).__name__}"
         )
-    shard(policy.model, policy.device)
+    policy.device = device  # where it computes once sharded (the mesh's device)
+    policy.options = dataclasses.replace(policy.options, device=str(device))
+    shard(policy.model, device)
     policy.optimizer = torch.optim.AdamW(
         policy.model.parameters(),
         lr=policy.options.lr,

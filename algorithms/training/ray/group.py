@@ -94,22 +94,29 @@ def check_group_agents(config: TrainConfig, ranks: int) -> dict[str, EngineSetti
 def engine_spec(
     settings: EngineSettings, options: Mapping[str, Any], placements: Sequence[Mapping[str, Any]]
 ) -> dict[str, Any]:
-    """What rank 0 starts its engine with (`RankWorker.setup`'s `engine`), from the ranks'
-    placements: the engine's processes see the group's GPUs, rank 0's first. A
-    tensor-parallel engine needs the ranks it spans on one node (ValueError otherwise)."""
-    spanned = placements[: settings.tensor_parallel_size]
-    nodes = {placement["node_id"] for placement in spanned}
-    if len(nodes) > 1:
-        raise ValueError(
-            f"the vLLM engine's {settings.tensor_parallel_size} tensor-parallel workers need "
-            f"their ranks on one node, Ray placed them on {len(nodes)} (ray.placement_strategy "
-            "STRICT_PACK keeps a group on one node)"
-        )
-    gpus = [gpu for placement in spanned for gpu in placement["gpu_ids"]]
+    """What the ranks join their engines with (`RankWorker.setup`'s `engine`), from the ranks'
+    placements: replica j spans ranks j*tp .. j*tp+tp-1 (the first owns it) and its processes
+    see those ranks' GPUs in that order. A tensor-parallel replica needs its ranks on one node
+    (ValueError otherwise)."""
+    tp = settings.tensor_parallel_size
+    replicas = []
+    for j in range(settings.data_parallel_size):
+        ranks = list(range(j * tp, (j + 1) * tp))
+        spanned = [placements[r] for r in ranks]
+        nodes = {placement["node_id"] for placement in spanned}
+        if len(nodes) > 1:
+            raise ValueError(
+                f"vLLM engine replica {j}'s {tp} tensor-parallel workers need their ranks on "
+                f"one node, Ray placed them on {len(nodes)} (ray.placement_strategy "
+                "STRICT_PACK keeps a group on one node)"
+            )
+        gpus = [gpu for placement in spanned for gpu in placement["gpu_ids"]]
+        replicas.append({"ranks": ranks, "visible_devices": ",".join(gpus) if gpus else None})
     return {
         **settings.llm_kwargs(),
         "sync_bucket_mb": engine_options(options, "options").sync_bucket_mb,
-        "visible_devices": ",".join(gpus) if gpus else None,
+        "visible_devices": replicas[0]["visible_devices"],
+        "replicas": replicas,
     }
 
 
@@ -153,8 +160,15 @@ def make_group_policies(
         for agent in config.agents
     }
     infos = {name: group.get(name, "start", refs, None) for name, refs in pending.items()}
+    owners = {
+        n: [replica["ranks"][0] for replica in specs[n]["replicas"]] if specs[n] else []
+        for n in names
+    }
+    for name in names:
+        if owners[name]:
+            group.add_closer([actors[name][r] for r in owners[name]])
     return {
-        n: GroupPolicy(n, actors[n], group, infos[n], algorithm, vllm=specs[n] is not None)
+        n: GroupPolicy(n, actors[n], group, infos[n], algorithm, engine_owners=owners[n])
         for n in names
     }
 
@@ -196,10 +210,10 @@ class GroupPolicy:
         group: ActorGroup,
         infos: list[Mapping[str, Any]],
         algorithm: Algorithm,
-        vllm: bool = False,
+        engine_owners: Sequence[int] = (),
     ) -> None:
         self.agent, self.ranks, self.group = agent, ranks, group
-        self.vllm = vllm  # rank 0 owns a vLLM engine that samples for the group
+        self.engine_owners = list(engine_owners)  # ranks owning the vLLM engine replicas
         self.name: str = infos[0]["name"]
         self.temperature: float = infos[0]["temperature"]
         self.placement = [dict(info) for info in infos]
@@ -247,13 +261,11 @@ class GroupPolicy:
 
     def generate_async(self, prompts: Sequence[str], n: int, sampling: SamplingParams) -> GroupCall:
         """Prompt blocks of at most `generation_batch_size` rows, block b with seed
-        `block_seed(sampling.seed, b)` on rank b % k; `.result()` in prompt order. With a
-        vLLM engine: every prompt to rank 0's engine (request i seeded from the seed and
-        i, as a single-process VLLMPolicy seeds it)."""
-        if self.vllm:
-            return self._submit(
-                "generate_engine", [(list(prompts), n, sampling)], lambda answers: answers[0]
-            )
+        `block_seed(sampling.seed, b)` on rank b % k; `.result()` in prompt order. With vLLM
+        engines: the prompts in contiguous chunks, one per engine replica, to its owner rank
+        (every rank takes the call: a resync after a level-2 sleep needs them all)."""
+        if self.engine_owners:
+            return self._engine_generate(prompts, n, sampling)
         world = len(self.ranks)
         blocks = prompt_blocks(len(prompts), max(1, self.generation_batch_size // max(n, 1)))
         work = [
@@ -266,6 +278,20 @@ class GroupPolicy:
             return [group for block in ordered for group in block]
 
         return self._submit("generate", [(blocks_, n, sampling) for blocks_ in work], merge)
+
+    def _engine_generate(
+        self, prompts: Sequence[str], n: int, sampling: SamplingParams
+    ) -> GroupCall:
+        chunks = row_chunks(len(prompts), len(self.engine_owners))
+        per_rank: list[tuple] = [([], n, sampling)] * len(self.ranks)
+        for owner, chunk in zip(self.engine_owners, chunks, strict=True):
+            per_rank[owner] = (list(prompts[chunk.start : chunk.stop]), n, sampling)
+        owners = self.engine_owners
+
+        def merge(answers: list[list[list[Generation]]]) -> list[list[Generation]]:
+            return [group for owner in owners for group in answers[owner]]
+
+        return self._submit("generate_engine", per_rank, merge)
 
     def generate(
         self, prompts: Sequence[str], n: int, sampling: SamplingParams

@@ -5,11 +5,18 @@ model's tensors in one fixed order on every rank, gathers each with `DTensor.ful
 (an all-gather every rank takes part in), and the engine-owning rank copies it, cast to the
 engine's dtype, into its slot of a staging buffer; the gathered tensor is freed at once.
 When a bucket is full the owner hands its slots to `load` (vLLM's `load_weights` through
-`collective_rpc`, `vllm_policy.VLLMEngine.load_bucket`) and the buffer is reused for the
-next bucket. The staging buffer is one bucket, never the model: about `vllm_sync_bucket_mb`
+`collective_rpc`, `engine.llm.VLLMEngine.load`), which returns once the engine's workers
+have copied it out (`engine.worker.receive_bucket`: they synchronize their devices before
+acknowledging), and only then is the buffer refilled with the next bucket. The staging
+buffer is one bucket, never the model: about `vllm_sync_bucket_mb`
 MiB, or the largest decoder block when one is larger, because a block (`sync_group`: vLLM
 fuses q/k/v and gate/up and reloads a layer from all its tensors at once) travels in one
 bucket. Besides the buffer, one gathered tensor (in the trainer's dtype) is alive at a time.
+
+On CUDA every rank whose GPU hosts one of the engine's tensor-parallel workers fills a
+buffer of its own (every rank holds the gathered tensor anyway), so each worker reads from
+its own GPU (`policies.engine.staging`: buffers keyed by GPU UUID, as vLLM's IPC weight-transfer
+engine and OpenRLHF key them); on CPU the owner's shared-memory file serves every worker.
 
 The plan (`plan_buckets`) depends only on names, shapes and the engine dtype, so every rank
 computes the same buckets and runs the same all-gathers in the same order. Tied tensors go
@@ -28,7 +35,7 @@ import numpy as np
 import torch
 from torch.distributed.tensor import DTensor
 
-from graft_env.policies.vllm_policy import WeightSlot, aligned, slot_view, sync_group
+from graft_env.policies.engine.staging import WeightSlot, aligned, slot_view, sync_group
 
 MIB = 2**20
 
@@ -122,13 +129,20 @@ def sync_buckets(
     limit_bytes: int,
     *,
     owner: bool,
-    staging: Callable[[int], torch.Tensor] | None = None,
+    staging: Callable[[int], torch.Tensor | None] | None = None,
     load: Callable[[list[WeightSlot]], None] | None = None,
+    fence: Callable[[], None] | None = None,
 ) -> SyncStats:
-    """Gather `model`'s tensors bucket by bucket (collective: every rank calls it). On the
-    owner, `staging(nbytes)` gives the staging buffer (called once, for the largest
-    bucket) and `load(slots)` loads each filled bucket from it before the next refills it;
-    other ranks pass neither."""
+    """Gather `model`'s tensors bucket by bucket (collective: every rank calls it).
+
+    `staging(nbytes)` (called once, for the largest bucket, on every rank that passes it)
+    gives this rank's staging buffer, or None where this rank's device hosts no engine
+    worker; each rank with a buffer copies every gathered tensor into it. The owner's
+    `load(slots)` hands a filled bucket to its engine and returns once the engine has
+    acknowledged it (`engine.worker.receive_bucket`: copies done). `fence()`, on every rank,
+    runs after a bucket is filled (the buffers are complete before the engine reads) and
+    after it is loaded (no rank refills a buffer before the acknowledgement): the sender's
+    half of the no-overwrite-before-acknowledgement protocol."""
     tensors = sync_tensors(model)
     specs = [
         (name, tuple(t.shape), engine_dtype if t.is_floating_point() else t.dtype)
@@ -137,9 +151,10 @@ def sync_buckets(
     buckets = plan_buckets(specs, limit_bytes)
     stats = SyncStats(buckets=len(buckets), tensors=len(tensors))
     stats.staging_bytes = max((bucket_bytes(b) for b in buckets), default=0)
-    buffer = staging(stats.staging_bytes) if owner else None
+    buffer = staging(stats.staging_bytes) if staging is not None else None
     if owner and (buffer is None or load is None):
-        raise ValueError("sync_buckets: the owner needs staging and load")
+        raise ValueError("sync_buckets: the owner needs a staging buffer and load")
+    fence = fence or (lambda: None)
     held = _Held()
     source = iter(tensors)
     with torch.no_grad():
@@ -148,12 +163,14 @@ def sync_buckets(
                 name, tensor = next(source)
                 assert name == slot[0], (name, slot[0])  # the plan keeps the model's order
                 full = _full(tensor, held)
-                if owner:
+                if buffer is not None:
                     view = slot_view(buffer, slot)
                     view.copy_(full)
                     stats.bytes += view.numel() * view.element_size()
                 del full
+            fence()
             if owner:
                 load(bucket)
+            fence()
     stats.peak_gathered_bytes = held.peak
     return stats

@@ -13,7 +13,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from algorithms.training.ray.weight_sync import bucket_bytes, plan_buckets, sync_buckets
-from graft_env.policies.vllm_policy import slot_view, sync_group
+from graft_env.policies.engine.staging import slot_view, sync_group
 
 LIMIT = 40 * 2**10  # 40 KiB: a decoder block of the model below is 82 KiB in float32
 

@@ -24,14 +24,9 @@ from run_configs import small_config
 import algorithms
 from algorithms.training.loop import Trainer, make_policies
 from graft_env.policies import Generation, SamplingParams, load_policy
+from graft_env.policies.engine.staging import WeightStager, open_buffer, slot_view, sync_group
 from graft_env.policies.forward import response_logprobs
-from graft_env.policies.vllm_policy import (
-    VLLMPolicy,
-    WeightStager,
-    open_shared_buffer,
-    slot_view,
-    sync_group,
-)
+from graft_env.policies.vllm_policy import VLLMPolicy
 from graft_env.types import TrainBatch, TrainSequence
 
 TOLERANCE = 1e-4  # fp32: vLLM's paged-attention forward vs the transformers training forward
@@ -268,7 +263,7 @@ def test_missing_vllm_names_the_extra_to_install(model_dirs, monkeypatch):
 
 def _engine_view(stager: WeightStager) -> dict[str, torch.Tensor]:
     """What the engine reads: the staging buffer opened from its handle, sliced by slot."""
-    buffer = open_shared_buffer(stager.handle)
+    buffer = open_buffer(stager.handles, torch.device("cpu"))
     return {name: slot_view(buffer, slot).clone() for name, slot in stager.slots.items()}
 
 
@@ -326,11 +321,11 @@ def test_the_staging_file_goes_at_unlink_or_collection_and_opened_buffers_keep_i
     state = {"w": torch.arange(4.0)}
     stager = WeightStager(state)
     stager.stage(state)
-    opened = open_shared_buffer(stager.handle)
+    opened = open_buffer(stager.handles, torch.device("cpu"))
     stager.unlink()
-    assert not Path(stager.handle[1]).exists()
+    assert not Path(stager.handles["cpu"][1]).exists()
     assert torch.equal(slot_view(opened, stager.slots["w"]), state["w"])
-    path = Path(WeightStager(state).handle[1])
+    path = Path(WeightStager(state).handles["cpu"][1])
     gc.collect()
     assert not path.exists()
 
