@@ -13,7 +13,10 @@ micro-batches' varying sizes fragment it less. With a vLLM agent they are not ad
   setting before building sleep-mode engines, OpenRLHF#1274).
 
 So the advice depends on the vLLM the package pins (the `vllm` extra's floor), not on the one
-a machine happens to have.
+a machine happens to have. From `vllm>=0.32` on (the floor since issue 37) the trainer may
+keep them: its staging buffers are allocated with expandable segments off
+(`graft_env.policies.engine.staging`) and sleep-mode engines start with the setting stripped
+from their environment, as verl and OpenRLHF do.
 """
 
 from __future__ import annotations
