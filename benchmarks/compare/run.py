@@ -54,7 +54,9 @@ from benchmarks.compare.cells import (
     STARTED_FILE,
     Cell,
     changed_cells,
+    out_of,
     plan_cells,
+    portable_result,
     read_result,
     remove_cell,
 )
@@ -237,6 +239,7 @@ def run_cell(
         },
         "models": models,
     }
+    result = portable_result(result, out_of(cell))  # paths relative to the grid's --out
     _write_json(cell.directory / RESULT_FILE, result)
     return result
 

@@ -15,9 +15,7 @@ from exchange_fixtures import N, TextScorer, make_rollouts
 
 import algorithms
 import algorithms.config as config_module
-import algorithms.registry as registry_module
 from algorithms.exchange import ExchangeStats, register_strategy
-from algorithms.exchange import base as exchange_base
 from algorithms.exchange.graft import GraftExchange
 from graft_env.schema import OptionError
 
@@ -29,18 +27,6 @@ def topk_example() -> str:
     text = CONTRIBUTING.read_text(encoding="utf-8")
     section = text.split("## Building on GRAFT", 1)[1].split("\n## ", 1)[0]
     return re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)[0]
-
-
-@pytest.fixture
-def registries(monkeypatch):
-    """Strategies and entries registered in a test stay in that test."""
-    for module, name in [
-        (exchange_base, "_STRATEGIES"),
-        (config_module, "_STRATEGY_OPTIONS"),
-        (config_module, "_STRATEGY_CHECKS"),
-        (registry_module, "_PRESETS"),
-    ]:
-        monkeypatch.setattr(module, name, dict(getattr(module, name)))
 
 
 @pytest.fixture
