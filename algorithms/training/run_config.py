@@ -450,9 +450,22 @@ def config_from_dict(data: Mapping[str, Any], overrides: Sequence[str] = ()) -> 
     data = copy.deepcopy(dict(data))
     for assignment in overrides:
         apply_override(data, assignment)
+    _import_referenced(data.get("algorithm"))
     config = validate_as(TrainConfig, data)
     _check(config)
     return config
+
+
+def _import_referenced(algorithm: object) -> None:
+    """Import the module of a `module:Name` algorithm before the options are checked, so the
+    options its strategy declares are known (`algorithms.registry.preset` imports it)."""
+    if isinstance(algorithm, str) and ":" in algorithm:
+        import algorithms
+
+        try:
+            algorithms.preset(algorithm)
+        except ValueError as error:
+            raise ConfigError(f"algorithm: {error}") from None
 
 
 def check_env(env: EnvSection) -> None:
