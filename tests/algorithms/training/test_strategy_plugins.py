@@ -10,11 +10,16 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
-from run_configs import small_config
+from run_configs import PLANNED_GRID, small_config
+
+from algorithms.training.run_config import config_from_dict
+from benchmarks.compare.cells import plan_cells
+from benchmarks.compare.grid import grid_from_dict
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -102,3 +107,32 @@ def test_an_installed_entry_point_is_listed_shown_and_trains(tiny_pair_paths, tm
     done = graft(["train", "--config", str(config)], site)
     assert done.returncode == 0, done.stderr[-3000:]
     assert trained_steps(tmp_path / "run") == STEPS
+
+
+@pytest.fixture
+def outside_module(registries, tmp_path, monkeypatch) -> Iterator[str]:
+    """CONTRIBUTING's example as module `topk_inproc` on sys.path, imported by the test only."""
+    (tmp_path / "topk_inproc.py").write_text(example(), encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield "topk_inproc"
+    sys.modules.pop("topk_inproc", None)
+
+
+def test_a_reference_works_in_set_overrides_and_in_a_grid(outside_module, tmp_path):
+    base = small_config(tmp_path / "run", "grpo").to_dict()
+    config = config_from_dict(
+        base, [f"algorithm={outside_module}:GraftTopK", "algorithm_options.topk=2"]
+    )
+    assert (config.algorithm, config.algorithm_options["topk"]) == (
+        f"{outside_module}:GraftTopK",
+        2,
+    )
+    grid = {
+        **PLANNED_GRID,
+        "algorithms": [
+            {"name": f"{outside_module}:graft-topk", "label": "top-k", "options": {"topk": 1}}
+        ],
+    }
+    cells = plan_cells(grid_from_dict(grid), tmp_path / "out")
+    assert [c.cell_id for c in cells] == ["top-k/tiny-a+tiny-b/seed0"]
+    assert cells[0].hash_inputs["train"]["resolved_algorithm"]["topk"] == 1
