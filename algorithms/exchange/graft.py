@@ -321,19 +321,7 @@ class GraftExchange(ExchangeStrategy):
         rng: np.random.Generator,
         stats: ExchangeStats,
     ) -> list[TransferredGroup]:
-        planned = [
-            self.peer_group(PeerGroup.of(rollouts[source], receiver, int(p)), rng, stats)
-            for (source, recv), prompts in plan.items()
-            if recv == receiver
-            for p in prompts
-        ]
-        groups = self._checked_ranking(
-            self.rank_groups(
-                receiver,
-                scored_groups(receiver, planned, scorer, self.config.n, self.config.compat_norm),
-                stats,
-            )
-        )
+        groups = self._moving_groups(receiver, plan, rollouts, scorer, rng, stats)
         n = self.config.n
         rewards = np.array([g.rewards for g in groups], dtype=np.float64).reshape(-1, n)
         scores = np.array([g.scores for g in groups], dtype=np.float64).reshape(-1, n)
@@ -343,9 +331,8 @@ class GraftExchange(ExchangeStrategy):
         transferred = []
         for j, group in enumerate(groups):
             removed_failures = np.count_nonzero(rewards[j] <= 0) if self.config.success_only else 0
-            stats.direction(group.source, receiver).record(
-                scores[j], weights[j], int(removed_failures)
-            )
+            direction = stats.direction(group.source, receiver)
+            direction.record(scores[j], weights[j], int(removed_failures))
             transferred.append(
                 self._group(rollouts[receiver], rollouts[group.source], group, weights[j])
             )
@@ -354,11 +341,32 @@ class GraftExchange(ExchangeStrategy):
                 direction.selected_prompts = [g.prompt_index for g in groups if g.source == source]
         return transferred
 
-    def _checked_ranking(self, groups: list[PeerGroup]) -> list[PeerGroup]:
-        keys = [group.key for group in groups]
-        if len(set(keys)) != len(keys):
-            raise ValueError(f"strategy {self.name!r}: rank_groups returned a group twice: {keys}")
-        return groups
+    def _moving_groups(
+        self,
+        receiver: str,
+        plan: Mapping[Direction, np.ndarray],
+        rollouts: Mapping[str, AgentRollouts],
+        scorer: Scorer,
+        rng: np.random.Generator,
+        stats: ExchangeStats,
+    ) -> list[PeerGroup]:
+        """The receiver's planned groups through `peer_group`, scoring and `rank_groups`."""
+        planned = [
+            self.peer_group(PeerGroup.of(rollouts[source], receiver, int(p)), rng, stats)
+            for (source, recv), prompts in plan.items()
+            if recv == receiver
+            for p in prompts
+        ]
+        cfg = self.config
+        scored = scored_groups(receiver, planned, scorer, cfg.n, cfg.compat_norm)
+        ranked = self.rank_groups(receiver, scored, stats)
+        keys = [group.key for group in ranked]
+        if len(set(keys)) != len(keys) or any(group.scores is None for group in ranked):
+            raise ValueError(
+                f"strategy {self.name!r}: rank_groups must return scored groups, each at most "
+                f"once; got {keys}"
+            )
+        return ranked
 
     def _group(
         self, receiver: AgentRollouts, source: AgentRollouts, group: PeerGroup, weights: np.ndarray
