@@ -17,11 +17,9 @@ Reads like GRAFT-SPEC §2-§4:
    re-normalised over what is left (§3): a removed response takes its share of the
    source's group statistics with it.
 
-Variants build on four public hooks, called in this order each step (CONTRIBUTING.md,
-"Building on GRAFT"): `plan_prompts` (after the gate), `peer_group` (each planned group,
-before scoring and its advantages), `rank_groups` (between scoring and weighting) and
-`weigh` (the weighting step); `gate` and `group_advantages` are public too, and a
-subclass reads (and may set) every GRAFT option.
+Variants subclass it and override its public hooks, in step order `gate`, `plan_prompts`,
+`peer_group`, `rank_groups`, `weigh` (CONTRIBUTING.md, "Building on GRAFT"), reading and
+setting every GRAFT option.
 
 Ablations are options of this one strategy: selection='random_prompts', balance,
 candidates, compat, delta, admission='random' (count matched per direction or per
@@ -205,7 +203,13 @@ class GraftExchange(ExchangeStrategy):
         stats = ExchangeStats(strategy=self.name)
         plan = self.plan_prompts(self.gate(rollouts, receivers, rng, stats), rollouts, rng, stats)
         transfers = {
-            receiver: self._transfer(receiver, plan, rollouts, scorer, rng, stats)
+            receiver: self._transfer(
+                receiver,
+                self._moving_groups(receiver, plan, rollouts, scorer, rng, stats),
+                rollouts,
+                rng,
+                stats,
+            )
             for receiver in receivers
         }
         return ExchangeResult(transfers, stats)
@@ -315,13 +319,12 @@ class GraftExchange(ExchangeStrategy):
     def _transfer(
         self,
         receiver: str,
-        plan: Mapping[Direction, np.ndarray],
+        groups: list[PeerGroup],
         rollouts: Mapping[str, AgentRollouts],
-        scorer: Scorer,
         rng: np.random.Generator,
         stats: ExchangeStats,
     ) -> list[TransferredGroup]:
-        groups = self._moving_groups(receiver, plan, rollouts, scorer, rng, stats)
+        """The moving groups of one receiver weighed (`weigh`), counted and built."""
         n = self.config.n
         rewards = np.array([g.rewards for g in groups], dtype=np.float64).reshape(-1, n)
         scores = np.array([g.scores for g in groups], dtype=np.float64).reshape(-1, n)

@@ -155,7 +155,9 @@ def test_a_ranking_that_returns_a_group_twice_is_refused(registries):
             return groups[:1] * 2
 
     register_strategy("test-twice")(Twice)
-    with pytest.raises(ValueError, match="rank_groups must return scored groups, each at most once"):
+    with pytest.raises(
+        ValueError, match="rank_groups must return scored groups, each at most once"
+    ):
         exchange("graft", AGENTS, exchange="test-twice")
 
 
