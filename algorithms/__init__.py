@@ -7,7 +7,9 @@
     algorithms.configure("grpo", n=16)         # its validated AlgorithmConfig (no torch)
 
 New entries: `@algorithms.register("name")` over a function returning an
-`AlgorithmConfig`. New exchange strategies: `algorithms.exchange.register_strategy`.
+`AlgorithmConfig`. New exchange strategies: `algorithms.exchange.register_strategy` in a
+module of `algorithms/exchange/` (imported with the package), in a module named as
+`algorithms.make("my_module:MyStrategy")`, or behind a `graft.strategies` entry point.
 
 Names load on first use (PEP 562), so `graft --help` and config validation do not wait
 for torch: importing a submodule such as `algorithms.training.run_config` runs no torch import.

@@ -202,3 +202,20 @@ def pytest_sessionstart(session: pytest.Session) -> None:
             f"the tiny pair is not built yet ({target}): the first test that needs it builds "
             "it, about 5-10 min on 2 quiet cores (longer beside other work), silently"
         )
+
+
+@pytest.fixture
+def registries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Strategies, their options and registry entries a test registers stay in that test."""
+    import algorithms.config
+    import algorithms.exchange.base
+    import algorithms.presets  # the entries, registered before they are copied
+    import algorithms.registry
+
+    for module, name in [
+        (algorithms.exchange.base, "_STRATEGIES"),
+        (algorithms.config, "_STRATEGY_OPTIONS"),
+        (algorithms.config, "_STRATEGY_CHECKS"),
+        (algorithms.registry, "_PRESETS"),
+    ]:
+        monkeypatch.setattr(module, name, dict(getattr(module, name)))

@@ -46,19 +46,18 @@ class ShownKey:
 
 
 def option_strategies() -> dict[str, tuple[str, ...]]:
-    """Algorithm option name -> the registered exchange strategies whose `options` class
-    declares it (() for `AlgorithmConfig`'s own options). The one place that decides which
-    strategy an option belongs to: each strategy class's `options`, as `algorithms.config`
-    merges them into `option_fields()`; a strategy inheriting another's options class is
-    listed with it."""
+    """Algorithm option name -> the registered exchange strategies that read it (() for
+    `AlgorithmConfig`'s own options). The one place that decides which strategy an option
+    belongs to: each strategy class's `option_names()`, its own options and those of every
+    strategy it subclasses (a GRAFT variant is listed with GRAFT's options)."""
+    import algorithms.presets  # noqa: F401  (registers the built-in and plugin strategies)
     from algorithms.config import AlgorithmConfig, option_fields
     from algorithms.exchange import available_strategies, make_strategy
 
     owners: dict[str, tuple[str, ...]] = {spec.name: () for spec in option_fields()}
     for name in available_strategies():
-        options = type(make_strategy(AlgorithmConfig(exchange=name))).options
-        for spec in dataclasses.fields(options) if options is not None else ():
-            owners[spec.name] += (name,)
+        for option in sorted(type(make_strategy(AlgorithmConfig(exchange=name))).option_names()):
+            owners[option] += (name,)
     return owners
 
 

@@ -26,7 +26,7 @@ from algorithms.storage.store import TrajectoryStore
 from algorithms.training.checkpoint import latest_checkpoint
 from algorithms.training.eval_settings import sampling_args
 from algorithms.training.periodic_eval import eval_sets
-from benchmarks.compare.cells import RESULT_FILE, STARTED_FILE, Cell
+from benchmarks.compare.cells import RESULT_FILE, STARTED_FILE, Cell, out_of, portable_result
 from benchmarks.compare.grid import GridError, GridSpec
 from graft_env.data import Problem
 from graft_env.eval.report import result_dict, run_provenance
@@ -201,6 +201,7 @@ def run_cell(
         },
         "models": models,
     }
+    result = portable_result(result, out_of(cell))  # paths relative to the grid's --out
     _write_json(cell.directory / RESULT_FILE, result)
     return result
 

@@ -5,15 +5,21 @@ train each model of a pair alone) or the whole pair (exchange algorithms) x a se
 with `include_base`, one evaluation-only cell per untrained model. A cell lives in
 ``<out>/cells/<label>/<agents>[/seed<k>]/`` with the Trainer's run directory in ``run/``.
 
-Each cell has a config hash over its run config, the evaluation plan and the models its
-names resolve to: a built-in pair's cache key and the SHA-256 of the built weights
-(`model_identity`), so a finished result is reused only for exactly the same experiment:
+Each cell has a config hash over its run config (less where and how fast: run_dir, the
+sources' paths, threads), the options its algorithm and strategy read (`options_read`: the
+shared ones and its strategy's own and inherited; another strategy's options, held at their
+defaults, are left out, so a new option elsewhere keeps every cell valid), the evaluation
+plan, its sources' hashes and the models its names resolve to: a built-in pair's cache key
+and the SHA-256 of the built weights (`model_identity`), so a finished result is reused only
+for exactly the same experiment:
 rebuilding the tiny pair with other skills, changing the learning rate, or the same cache
 key built into other weights (another CPU or thread count) makes the old result stale, and
 `read_result` says so instead of reusing it. The weights exist only once the pair is built:
 `plan_cells(..., build=True)` builds missing built-in pairs (`grid_models`) before it
 hashes, as a run of the grid must; without it (reports, config checks) an unbuilt pair
-hashes as unbuilt, which matches no result trained on a build.
+hashes as unbuilt, which matches no result trained on a build. `Cell.hash_inputs` is what
+was hashed: diff it to see why a cell went stale. A result records its paths relative to the
+grid's output (`portable_result`).
 """
 
 from __future__ import annotations
@@ -24,11 +30,12 @@ import hashlib
 import json
 import shutil
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import algorithms
+from algorithms.exchange.base import options_read
 from algorithms.training.eval_settings import EvalSettings
 from algorithms.training.run_config import TrainConfig, config_from_dict, without_inert_eval
 from benchmarks.compare.grid import (
@@ -66,6 +73,8 @@ class Cell:
     config_hash: str
     library_cells: tuple[str, ...] = ()  # graft-library: the cells whose runs make its library
     library_runs: tuple[Path, ...] = ()  # their run directories
+    hash_inputs: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    """What `config_hash` is the SHA-256 of (JSON, sorted keys): diff two to see what changed."""
 
     @property
     def agents(self) -> tuple[str, ...]:
@@ -188,9 +197,11 @@ def make_cell(
     seed: int | None,
     source: Cell | None = None,
     library: Sequence[Cell] = (),
+    identities: Mapping[str, str] | None = None,
 ) -> Cell:
     """One cell; `source` is the cell whose trajectory store a stored-peer run replays,
-    `library` the cells whose partner runs make a graft-library run's library."""
+    `library` the cells whose partner runs make a graft-library run's library; `identities`
+    (model -> `model_identity`) stand in for the models' builds (cells of recorded weights)."""
     agents = {agent_name(m): m for m in models}
     label = entry.label if entry else BASE_LABEL
     cell_id = f"{slug(label)}/{'+'.join(agents)}" + ("" if seed is None else f"/seed{seed}")
@@ -213,18 +224,21 @@ def make_cell(
         ignored = ("run_dir", "stored_peer", "library", "threads")
         train = {k: v for k, v in without_inert_eval(config.to_dict()).items() if k not in ignored}
         # the resolved options, not just the entry's name: a changed preset or default
-        # (e.g. the sample std of Eq.1) must retrain the cell, never reuse it
-        resolved = algorithms.make(config.algorithm, **config.algorithm_options).config
-        train["resolved_algorithm"] = dataclasses.asdict(resolved)
+        # (e.g. the sample std of Eq.1) must retrain the cell, never reuse it; only those the
+        # cell's algorithm and strategy read, so a new option elsewhere leaves it valid
+        resolved = algorithms.configure(config.algorithm, **config.algorithm_options)
+        train["resolved_algorithm"] = options_read(resolved)
+    identities = identities or {}
     payload = {
         "train": train,
         "stored_peer": [source.cell_id, source.config_hash] if source else None,
         **({"library": [[c.cell_id, c.config_hash] for c in library]} if library else {}),
         "eval": dataclasses.asdict(grid.eval),
-        "models": {a: model_identity(m, options[a]) for a, m in agents.items()},
+        "models": {
+            a: identities.get(m) or model_identity(m, options[a]) for a, m in agents.items()
+        },
         "options": options,
     }
-    digest = hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode())
     return Cell(
         cell_id=cell_id,
         directory=directory,
@@ -236,10 +250,18 @@ def make_cell(
         seed=seed,
         config=config,
         stored_peer_cell=source.cell_id if source else None,
-        config_hash=digest.hexdigest()[:16],
+        config_hash=payload_hash(payload),
         library_cells=tuple(c.cell_id for c in library),
         library_runs=tuple(c.directory / "run" for c in library),
+        hash_inputs=payload,
     )
+
+
+def payload_hash(payload: Mapping[str, Any]) -> str:
+    """A cell's config hash: the first 16 hex digits of the SHA-256 of its inputs' JSON."""
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[
+        :16
+    ]
 
 
 def _library_seeds(seeds: Sequence[int], seed: int, runs: int) -> list[int]:
@@ -253,7 +275,12 @@ Trained = dict[tuple[str, str, str, int], Cell]  # (label, pair, agent, seed) ->
 
 
 def _entry_cells(
-    grid: GridSpec, out_dir: Path, entry: AlgorithmEntry, seed: int, trained: Trained
+    grid: GridSpec,
+    out_dir: Path,
+    entry: AlgorithmEntry,
+    seed: int,
+    trained: Trained,
+    identities: Mapping[str, str] | None,
 ) -> list[Cell]:
     """The cells of one algorithm at one seed, for every pair; their sources (a stored
     peer's or a library's runs) are looked up in `trained`, which gets the new cells."""
@@ -268,18 +295,25 @@ def _entry_cells(
                 trained[(entry.library_from, pair.pair_id, partner, s)]
                 for s in _library_seeds(grid.seeds, seed, entry.library_runs)
             ]
-            cell = make_cell(grid, out_dir, entry, pair, models, seed, source, library)
+            cell = make_cell(grid, out_dir, entry, pair, models, seed, source, library, identities)
             trained.update({(entry.label, pair.pair_id, a, seed): cell for a in cell.agents})
             cells.append(cell)
     return cells
 
 
-def plan_cells(grid: GridSpec, out_dir: str | Path, *, build: bool = False) -> list[Cell]:
+def plan_cells(
+    grid: GridSpec,
+    out_dir: str | Path,
+    *,
+    build: bool = False,
+    identities: Mapping[str, str] | None = None,
+) -> list[Cell]:
     """Every cell: base evaluations first, then seed by seed, so an interrupted grid is a
     complete table for its first seeds. Within a seed, stored-peer runs come after the
     runs whose stores they read; graft-library runs, which read runs of other seeds, come
     after every other cell. `build`: build missing built-in pairs first (`build_models`),
-    as a run of the grid must; without it their cells hash as unbuilt."""
+    as a run of the grid must; without it their cells hash as unbuilt. `identities`: model ->
+    `model_identity` to hash with instead of the builds (`benchmarks.compare.rehash`)."""
     if build:
         grid_models(grid, build=True)
     out_dir = Path(out_dir).resolve()  # result files name checkpoints readable from anywhere
@@ -290,7 +324,8 @@ def plan_cells(grid: GridSpec, out_dir: str | Path, *, build: bool = False) -> l
             for model in pair.models:
                 if agent_name(model) not in done:
                     done.add(agent_name(model))
-                    cells.append(make_cell(grid, out_dir, None, pair, [model], None))
+                    cell = make_cell(grid, out_dir, None, pair, [model], None, None, (), identities)
+                    cells.append(cell)
     trained: Trained = {}
     # runs of one seed (stored peers after their sources), then the libraries across seeds
     within_seed = sorted(
@@ -298,11 +333,34 @@ def plan_cells(grid: GridSpec, out_dir: str | Path, *, build: bool = False) -> l
     )
     for seed in grid.seeds:
         for entry in within_seed:
-            cells += _entry_cells(grid, out_dir, entry, seed, trained)
+            cells += _entry_cells(grid, out_dir, entry, seed, trained, identities)
     for seed in grid.seeds:
         for entry in (e for e in grid.algorithms if e.library_runs):
-            cells += _entry_cells(grid, out_dir, entry, seed, trained)
+            cells += _entry_cells(grid, out_dir, entry, seed, trained, identities)
     return cells
+
+
+def out_of(cell: Cell) -> Path:
+    """The grid output a cell's directory is in (``<out>/cells/<cell id>``)."""
+    return cell.directory.parents[len(Path(cell.cell_id).parts)]
+
+
+def portable_result(result: Mapping[str, Any], out: str | Path) -> dict[str, Any]:
+    """`result` with every path under the grid output `out` written relative to it
+    (``cells/<cell id>/run/...``), so a committed result names no machine's directories;
+    the hash never held them (`make_cell` leaves run_dir, stored_peer and library out)."""
+    prefix = f"{Path(out)}/" if str(out) else None
+
+    def relative(value: Any) -> Any:
+        if isinstance(value, str):
+            return value.removeprefix(prefix) if prefix else value
+        if isinstance(value, dict):
+            return {key: relative(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [relative(item) for item in value]
+        return value
+
+    return relative(dict(result))
 
 
 def read_result(cell: Cell) -> dict[str, Any] | None:

@@ -124,7 +124,11 @@ def test_every_field_is_documented_and_the_config_is_frozen() -> None:
 
 def test_unknown_names_and_options_list_what_is_valid() -> None:
     with pytest.raises(
-        ValueError, match=r"unknown algorithm 'grpoo'; available: \[.*'graft'.*'grpo'"
+        ValueError,
+        match=(
+            r"unknown algorithm 'grpoo'; did you mean 'grpo' or 'grpo-kl'\?; "
+            r"available: \[.*'graft'.*'grpo'"
+        ),
     ):
         algorithms.make("grpoo")
     with pytest.raises(ValueError, match=r"unknown option\(s\) \['detla'\].*'delta'"):

@@ -57,7 +57,8 @@ def test_compare_runs_cells_then_skips_them_and_resumes_an_interrupted_one(tmp_p
     assert set(graft["timings"]) == {"resumed_at", "train_seconds", "eval_seconds", "cell_seconds"}
     assert graft["timings"]["resumed_at"] == 0
     model = graft["models"]["tiny-b"]
-    assert model["checkpoint"].endswith("run/best/tiny-b") and model["checkpoint_steps"] == 1
+    assert model["checkpoint"] == f"cells/{CELLS[2]}/run/best/tiny-b"  # relative to --out
+    assert graft["config"]["run_dir"] == f"cells/{CELLS[2]}/run" and model["checkpoint_steps"] == 1
     assert model["rollouts_to_checkpoint"] == 3 * 2
     assert len(model["eval"]["benchmarks"]["procedural/addition"]["successes"][0]) == 3
     assert model["curves"]["eval_step"] == [1] and len(model["train_counts"]) == 1
