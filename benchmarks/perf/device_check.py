@@ -41,6 +41,7 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 import transformers
@@ -59,6 +60,7 @@ from benchmarks.perf.device_checks import (
 )
 from benchmarks.perf.device_summary import summary
 from graft_env.policies import HFPolicyOptions, load_policy
+from graft_env.policies.cache import portable_path
 from graft_env.policies.loading import load_tokenizer
 from graft_env.policies.tiny.models import TinyShape, build_model
 from graft_env.policies.zoo import model_path
@@ -191,7 +193,17 @@ def check_precision(
 
 def _write(args: argparse.Namespace, results: dict) -> None:
     if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
+        args.json.write_text(json.dumps(_portable(results), indent=2))
+
+
+def _portable(value: Any) -> Any:
+    """`value` with every absolute path under the cache or temporary directory written
+    `$GRAFT_CACHE_DIR/...` / `$TMPDIR/...` (`portable_path`): a results file is committed."""
+    if isinstance(value, dict):
+        return {key: _portable(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_portable(item) for item in value]
+    return portable_path(value) if isinstance(value, str) and value.startswith("/") else value
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -203,7 +215,11 @@ def run(args: argparse.Namespace) -> dict:
             "device": torch.cuda.get_device_name(args.device) if cuda else args.device,
             "float32_matmul_precision": torch.get_float32_matmul_precision(),
         },
-        "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        # the --json file by name: where a machine wrote it is not a setting of the check
+        "settings": {
+            k: (v.name if k == "json" else str(v)) if isinstance(v, Path) else v
+            for k, v in vars(args).items()
+        },
         "warnings": [],
     }
     started = time.perf_counter()

@@ -20,6 +20,20 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("GRAFT_CACHE_DIR") or Path.home() / ".cache" / "graft")
 
 
+def portable_path(path: str | Path) -> str:
+    """`path` as a committed result may record it: under the cache directory as
+    `$GRAFT_CACHE_DIR/...`, under the temporary directory as `$TMPDIR/...`, otherwise as given
+    (no machine's absolute cache or scratch path lands in docs/results)."""
+    import tempfile
+
+    resolved = Path(path).resolve()
+    roots = {"$GRAFT_CACHE_DIR": default_cache_dir(), "$TMPDIR": Path(tempfile.gettempdir())}
+    for name, root in roots.items():
+        if resolved.is_relative_to(root.resolve()):
+            return f"{name}/{resolved.relative_to(root.resolve()).as_posix()}"
+    return str(path)
+
+
 def weights_sha256(model_dir: str | Path) -> str:
     """SHA-256 (hex) of a saved model's weights, read from the files themselves (so it also
     identifies a build whose build.json predates a recorded digest): of its one weight file

@@ -19,7 +19,7 @@ from benchmarks.study.gap.cells import GapModel, Study
 from benchmarks.study.gap.contrasts import gap_score
 from benchmarks.study.gap.design import ARMS, PROBE_STEPS, ROLES
 from benchmarks.study.gap.slope import candidates_per_step
-from graft_env.policies.cache import default_cache_dir
+from graft_env.policies.cache import default_cache_dir, portable_path
 
 
 def dose_table(study: Study) -> dict[str, dict[str, Any]]:
@@ -158,7 +158,7 @@ def pair_provenance(grids: Sequence[GridSpec], gaps: Mapping[str, GapModel]) -> 
         build_file = default_cache_dir() / directory / "build.json"
         build = json.loads(build_file.read_text()) if build_file.is_file() else None
         if build is not None:
-            pair["build_dir"] = str(build_file.parent)
+            pair["build_dir"] = portable_path(build_file.parent)
             pair["seed"], pair["threads"] = build.get("seed"), build.get("threads")
         recorded = (build or {}).get("weights_sha256", {}).get(gap.name)
         pair["members"][gap.name] = {
