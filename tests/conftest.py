@@ -14,8 +14,9 @@ Hypothesis runs derandomized by default (profile "default"): each test draws the
 own source fixes, no database replays old failures and no deadline or health check reads the
 clock, so `python -m pytest -q` gives one verdict per commit on any machine. Profile
 "explore" draws new examples from `--hypothesis-seed` (.ci/run passes one derived from the
-commit and prints it): `python -m pytest -q -m hypothesis --hypothesis-profile=explore
---hypothesis-seed=N` reruns a failure found there.
+commit and prints it): `python -m pytest -q -m "hypothesis and not slow and not vllm"
+--hypothesis-profile=explore --hypothesis-seed=N` reruns a failure found there (the seed also
+heads a run's report without -q).
 """
 
 from __future__ import annotations

@@ -108,6 +108,19 @@ def test_every_package_names_each_of_its_modules_and_no_folder_is_too_big():
     assert problems(REPO) == []
 
 
+MAX_LINES = 400  # DESIGN §5: no file over ~400 lines; one job per module
+
+
+def test_no_package_module_is_over_the_line_bar():
+    long = {
+        path.relative_to(REPO).as_posix(): lines
+        for top in PACKAGES
+        for path in sorted((REPO / top).rglob("*.py"))
+        if (lines := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    }
+    assert long == {}, f"split these along their jobs (<= {MAX_LINES} lines each): {long}"
+
+
 def test_contributing_layout_is_built_from_the_package_docstrings():
     assert contributing_block(REPO) == f"```\n{layout(REPO)}\n```", (
         "CONTRIBUTING.md's layout is stale: run `python tests/test_layout.py`"

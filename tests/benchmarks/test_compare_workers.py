@@ -20,7 +20,7 @@ from cell_files import HOST, finish, write_lock
 from run_configs import PLANNED_GRID, SMALLEST_GRID
 
 from benchmarks.cli import main
-from benchmarks.compare.cells import RESULT_FILE, plan_cells
+from benchmarks.compare.cells import RESULT_FILE, STARTED_FILE, plan_cells
 from benchmarks.compare.claims import LOCK_FILE, claim_next, release
 from benchmarks.compare.grid import grid_from_dict
 
@@ -183,7 +183,12 @@ def test_workers_do_not_outlive_a_killed_parent(sig, tmp_path):
         while len(workers := _children(parent.pid)) < 3:  # 2 workers + the resource tracker
             assert parent.poll() is None and time.monotonic() < deadline, "no workers started"
             time.sleep(0.2)
-        time.sleep(3)  # the workers are past their imports
+        # a worker is past its imports and set-up once it has started a cell (its cell.json),
+        # however loaded the machine: wait for that, not for a fixed time (120 s: a hang guard)
+        started = tmp_path / "out"
+        while not any(started.rglob(STARTED_FILE)):
+            assert parent.poll() is None and time.monotonic() < deadline, "no cell started"
+            time.sleep(0.2)
         parent.send_signal(sig)
         parent.wait(timeout=60)
         deadline = time.monotonic() + 180  # a worker may still be importing torch (loaded CPU)

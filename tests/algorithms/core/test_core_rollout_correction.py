@@ -118,8 +118,8 @@ def test_k3_of_a_tiny_mismatch_is_not_negative():
     # cancels to -1.1e-16 < 0 on both of these tokens; expm1(d) - d is >= 0 for every d
     engine = np.array([[-1.0, -0.25]])
     trainer = np.array([[-0.9999999999999915, -0.24999999995116853]])
-    diff = trainer - engine
-    assert np.all(np.exp(diff) - diff - 1.0 < 0)  # the example still shows the cancellation
+    # (on this machine's libm exp(d) - d - 1 is -1.1e-16 on both; not asserted: another libm
+    # may round them otherwise, and the fixed metric must hold on any)
     metrics = correction_weights(engine, trainer, np.ones((1, 2)), "monitor", "token", 2.0).metrics
     assert 0.0 <= metrics["kl_k3"] < 1e-20
 

@@ -266,15 +266,16 @@ def test_a_local_cluster_too_small_fails_at_once_not_after_the_timeout(tmp_path,
         backend="ray",
         ray={"num_cpus": 2, "num_cpus_per_agent": 64, "placement_timeout_s": 600},
     )
-    started = time.monotonic()
+    # the message is the up-front check's (waiting out the 600 s would end in another one), so
+    # no clock is read
     with pytest.raises(ClusterError, match=r"needs 128 CPU \(the cluster has 2\) on the local"):
         make_ray_policies(config)
-    assert time.monotonic() - started < 120 and not ray.is_initialized()
+    assert not ray.is_initialized()
     # the same for worker groups (the paper configs' layout): 2 agents x 2 ranks x 32 CPUs
     groups = dataclasses.replace(config, ray={**config.ray, "ranks_per_agent": 2})
     with pytest.raises(ClusterError, match=r"needs 128 CPU \(the cluster has 2\) on the local"):
         make_ray_policies(groups)
-    assert time.monotonic() - started < 240 and not ray.is_initialized()
+    assert not ray.is_initialized()
 
 
 @pytest.mark.parametrize(

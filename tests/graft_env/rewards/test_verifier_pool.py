@@ -70,10 +70,11 @@ def test_works_from_other_threads_concurrently(pool: VerifierPool) -> None:
 
 
 def test_batch_is_spread_over_workers() -> None:
-    # Each item runs until the parent kills it (0.9 s is below math-verify's 1 s alarm) and a
-    # killed worker is replaced: both workers replaced means each ran one of the two items (on
-    # one worker, one would be replaced twice and the other never). No clock is read.
-    limit = 0.9
+    # Each item runs until the parent kills it (0.2 s, far below math-verify's 1 s alarm, so a
+    # parent waking late still kills first) and a killed worker is replaced: both workers
+    # replaced means each ran one of the two items (on one worker, one would be replaced twice
+    # and the other never). No clock is read.
+    limit = 0.2
     slow = "\\boxed{9^{9^{9^{9^{9}}}}}"
     with VerifierPool(num_workers=2, timeout_s=limit) as own_pool:
         before = own_pool.worker_pids
