@@ -88,8 +88,7 @@ def run(args: argparse.Namespace) -> int:
     if group:
         print("\n".join(group_lines(config, work, plans, ranks)))
     vllm_agents = [a.name for a in config.agents if a.options.get("rollout_backend") == "vllm"]
-    floor = memory_plan.pinned_vllm_floor()
-    advice = memory_plan.allocator_advice(vllm_agents, floor, os.environ)
+    advice = memory_plan.allocator_advice(vllm_agents, memory_plan.VLLM_FLOOR, os.environ)
     if advice:
         print(advice)
     memory_check.check_plans(config, work, plans)

@@ -32,8 +32,8 @@ from algorithms.training.memory_plan.launch import (
     ALLOCATOR_SETTING,
     ALLOCATOR_VAR,
     VLLM_EXPANDABLE_FIX,
+    VLLM_FLOOR,
     allocator_advice,
-    pinned_vllm_floor,
 )
 from algorithms.training.memory_plan.reserves import RESERVE_BYTES
 from algorithms.training.memory_plan.run import (
@@ -70,6 +70,7 @@ __all__ = [
     "PHASES",
     "RESERVE_BYTES",
     "VLLM_EXPANDABLE_FIX",
+    "VLLM_FLOOR",
     "Architecture",
     "DevicePlan",
     "PolicyPlan",
@@ -88,7 +89,6 @@ __all__ = [
     "layer_activation_bytes",
     "local_architecture",
     "paper_architecture",
-    "pinned_vllm_floor",
     "plan_policy",
     "plan_run",
     "policy_options",
