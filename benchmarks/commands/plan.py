@@ -88,8 +88,9 @@ def run(args: argparse.Namespace) -> int:
         print("\n".join(estimate_lines(config, work, capacity, args.gpu_kind, not group)))
     if group:
         print("\n".join(group_lines(config, work, plans, ranks)))
-    elif ranks is None and plans:
-        print("\n".join(process_lines(config, work, plans)))
+    elif ranks is None:
+        for line in process_lines(config, work, plans):
+            print(line)
     vllm_agents = [a.name for a in config.agents if a.options.get("rollout_backend") == "vllm"]
     advice = memory_plan.allocator_advice(vllm_agents, memory_plan.VLLM_FLOOR, os.environ)
     if advice:
