@@ -22,7 +22,7 @@ import argparse
 import os
 
 from algorithms.training import memory_check, memory_plan, step_estimate
-from algorithms.training.memory_plan import lifecycle, reserves
+from algorithms.training.memory_plan import lifecycle, process, reserves
 from algorithms.training.ray.engine_settings import engine_options
 from algorithms.training.run_config import load_config
 from algorithms.training.step_time import anchors, gpu_memory, table, workload
@@ -81,15 +81,18 @@ def run(args: argparse.Namespace) -> int:
     if plans and ranks is not None and ranks > 1:
         print(unsharded_heading(ranks))
     for plan in plans:
-        print("\n".join(memory_plan.format_plan(plan, ranks)))
+        vllm = [] if ranks else memory_check.one_process_vllm_agents(config, plan)
+        print("\n".join(memory_plan.format_plan(plan, ranks, [name for _, name, _ in vllm])))
     group = bool(plans) and ranks is not None and ranks > 1
     if plans:
         print("\n".join(estimate_lines(config, work, capacity, args.gpu_kind, not group)))
     if group:
         print("\n".join(group_lines(config, work, plans, ranks)))
+    elif ranks is None:
+        for line in process_lines(config, work, plans):
+            print(line)
     vllm_agents = [a.name for a in config.agents if a.options.get("rollout_backend") == "vllm"]
-    floor = memory_plan.pinned_vllm_floor()
-    advice = memory_plan.allocator_advice(vllm_agents, floor, os.environ)
+    advice = memory_plan.allocator_advice(vllm_agents, memory_plan.VLLM_FLOOR, os.environ)
     if advice:
         print(advice)
     memory_check.check_plans(config, work, plans)
@@ -123,7 +126,21 @@ def group_lines(
     for device in plans:
         for agent in device.agents:
             gpu = memory_check.agent_gpu_plan(config, work, device, agent, ranks)
-            lines += lifecycle.format_gpu_plan(agent[1], gpu, device.usable, ranks)
+            heading = lifecycle.rank_heading(agent[1], gpu, ranks)
+            lines += lifecycle.format_gpu_plan(heading, gpu, device.usable)
+    return lines
+
+
+def process_lines(config, work: memory_plan.Workload, plans: list[memory_plan.DevicePlan]):
+    """The GPU of each one-process agent sampling with vLLM, through the engine lifecycle
+    beside its engine (`memory_plan.process`): what the refusal judges for it."""
+    lines = []
+    for device in plans:
+        for index, name, _ in memory_check.one_process_vllm_agents(config, device):
+            gpu = memory_check.process_agent_plan(config, work, device, index)
+            engine = memory_check.process_engine(config, work, device, index)
+            heading = process.process_heading(name, device.device, engine)
+            lines += lifecycle.format_gpu_plan(heading, gpu, device.usable)
     return lines
 
 

@@ -33,4 +33,3 @@ def test_gpu_probes_smoke(tmp_path):
     for phase in ("update", "score"):
         assert rate[phase]["tokens"] > 0 and math.isfinite(rate[phase]["tokens_per_s"])
     assert rate["update"]["mfu"] is None  # no peak FLOP rate on CPU
-    assert all(r["seconds"] <= r["budget_s"] for r in probes.values() if "seconds" in r)

@@ -8,6 +8,7 @@ architecture      a decoder's shape from its transformers config, or the paper m
 device            one device's plan: its peak, the one-line refusal, the table `graft plan` prints
 launch            what `graft plan` advises about the launch environment (allocator settings)
 lifecycle         one GPU of a worker group per phase of verl's engine lifecycle (load to wake kv)
+process           one GPU of a one-process vLLM agent through that lifecycle (whole-model staging)
 reserves          contexts, NCCL, CUDA graphs, allocator slack: named figures with their sources
 run               a run config's plans: agents' options and workload, their devices and plans
 terms             the terms a policy holds per phase (weights, moments, KV, activations, logits)
@@ -25,15 +26,14 @@ from algorithms.training.memory_plan.architecture import (
 from algorithms.training.memory_plan.device import (
     DevicePlan,
     assumption_lines,
-    check_run,
     format_plan,
 )
 from algorithms.training.memory_plan.launch import (
     ALLOCATOR_SETTING,
     ALLOCATOR_VAR,
     VLLM_EXPANDABLE_FIX,
+    VLLM_FLOOR,
     allocator_advice,
-    pinned_vllm_floor,
 )
 from algorithms.training.memory_plan.reserves import RESERVE_BYTES
 from algorithms.training.memory_plan.run import (
@@ -70,6 +70,7 @@ __all__ = [
     "PHASES",
     "RESERVE_BYTES",
     "VLLM_EXPANDABLE_FIX",
+    "VLLM_FLOOR",
     "Architecture",
     "DevicePlan",
     "PolicyPlan",
@@ -80,7 +81,6 @@ __all__ = [
     "allocator_advice",
     "architecture_of",
     "assumption_lines",
-    "check_run",
     "compute_bytes",
     "format_plan",
     "found_gpus",
@@ -88,7 +88,6 @@ __all__ = [
     "layer_activation_bytes",
     "local_architecture",
     "paper_architecture",
-    "pinned_vllm_floor",
     "plan_policy",
     "plan_run",
     "policy_options",

@@ -51,10 +51,14 @@ class DevicePlan:
         )
 
 
-def format_plan(device: DevicePlan, sharded_over: int | None = None) -> list[str]:
+def format_plan(
+    device: DevicePlan, sharded_over: int | None = None, vllm_agents: Sequence[str] = ()
+) -> list[str]:
     """The table of one device: a row per term, a column per phase, in GiB. `sharded_over`:
     the run's FSDP2 ranks per agent when it has more than one, so the verdict says it is for
-    one unsharded process, not the run's layout."""
+    one unsharded process, not the run's layout; `vllm_agents`: the device's one-process
+    agents that sample with vLLM, whose generate column is transformers' and whose verdict is
+    their lifecycle table's (`memory_plan.process`)."""
     lines = [
         f"{device.device}: {device.capacity / GIB:.1f} GiB, usable {device.usable / GIB:.1f} "
         f"(less {RESERVE_BYTES / GIB:.0f} GiB for the CUDA context and allocator)"
@@ -91,6 +95,11 @@ def format_plan(device: DevicePlan, sharded_over: int | None = None) -> list[str
             f" unsharded on one GPU; this run shards each agent over {sharded_over} GPUs "
             "(per-GPU FSDP2 table below)"
         )
+    if vllm_agents:
+        verdict = (
+            f"{verdict} sampling with transformers; {', '.join(vllm_agents)} sample with vLLM: "
+            "judged per phase beside the engine (table below)"
+        )
     lines.append(f"  peak {device.peak / GIB:.1f} of {device.usable / GIB:.1f} GiB: {verdict}")
     return lines
 
@@ -120,11 +129,3 @@ def assumption_lines(work: Workload, options: Sequence[tuple[str, HFPolicyOption
             )
         )
     return lines
-
-
-def check_run(plans: Sequence[DevicePlan]) -> None:
-    """Raise ValueError with the first device's one-line refusal, if any does not fit."""
-    for plan in plans:
-        refusal = plan.refusal()
-        if refusal is not None:
-            raise ValueError(refusal)

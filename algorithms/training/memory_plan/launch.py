@@ -12,11 +12,12 @@ micro-batches' varying sizes fragment it less. With a vLLM agent they are not ad
   unprivileged containers refuse (verl switches them off around its sync; OpenRLHF strips the
   setting before building sleep-mode engines, OpenRLHF#1274).
 
-So the advice depends on the vLLM the package pins (the `vllm` extra's floor), not on the one
-a machine happens to have. From `vllm>=0.32` on (the floor since issue 37) the trainer may
-keep them: its staging buffers are allocated with expandable segments off
-(`graft_env.policies.engine.staging`) and sleep-mode engines start with the setting stripped
-from their environment, as verl and OpenRLHF do.
+So the advice depends on the vLLM the package pins (`VLLM_FLOOR`, the `vllm` extra's floor),
+not on the one a machine happens to have, nor on the package metadata an old install left.
+From `vllm>=0.32` on (the floor since issue 37) the trainer may keep them: its staging
+buffers are allocated with expandable segments off (`graft_env.policies.engine.staging`) and
+sleep-mode engines start with the setting stripped from their environment, as verl and
+OpenRLHF do.
 """
 
 from __future__ import annotations
@@ -28,23 +29,10 @@ ALLOCATOR_VARS = (ALLOCATOR_VAR, "PYTORCH_ALLOC_CONF")  # torch >= 2.10 reads ei
 ALLOCATOR_SETTING = "expandable_segments:True"
 VLLM_EXPANDABLE_FIX = (0, 20)
 """The first vLLM release whose sleep mode accepts expandable segments (#40812)."""
-PACKAGE = "graft-rlvr"
-
-
-def pinned_vllm_floor() -> tuple[int, ...] | None:
-    """The lower bound of this package's `vllm` extra (`vllm>=X.Y`), from its installed
-    metadata; None when the package or the bound is not found."""
-    from importlib import metadata
-
-    try:
-        requires = metadata.requires(PACKAGE) or []
-    except metadata.PackageNotFoundError:
-        return None
-    for requirement in requires:
-        spec = requirement.split(";")[0].replace(" ", "")
-        if spec.startswith("vllm>="):
-            return tuple(int(part) for part in spec.removeprefix("vllm>=").split(".") if part)
-    return None
+VLLM_FLOOR = (0, 32)
+"""The lower bound of this package's `vllm` extra (pyproject.toml: `vllm>=0.32`, kept equal
+by tests/algorithms/training/test_memory_lifecycle.py), in the code so the advice does not
+depend on what a machine has installed."""
 
 
 def expandable(env: Mapping[str, str]) -> bool:
@@ -53,13 +41,12 @@ def expandable(env: Mapping[str, str]) -> bool:
 
 
 def allocator_advice(
-    vllm_agents: Sequence[str], floor: tuple[int, ...] | None, env: Mapping[str, str]
+    vllm_agents: Sequence[str], floor: tuple[int, ...], env: Mapping[str, str]
 ) -> str | None:
     """One line about expandable segments for a run whose `vllm_agents` sample with vLLM,
     under a pinned vLLM `floor` and the launch environment `env`; None: nothing to say."""
-    fixed = floor is not None and floor >= VLLM_EXPANDABLE_FIX
-    if vllm_agents and not fixed:
-        pinned = "no vLLM floor found" if floor is None else f"vllm>={'.'.join(map(str, floor))}"
+    if vllm_agents and floor < VLLM_EXPANDABLE_FIX:
+        pinned = f"vllm>={'.'.join(map(str, floor))}"
         why = (
             f"vLLM agents ({', '.join(vllm_agents)}): vLLM before "
             f"{'.'.join(map(str, VLLM_EXPANDABLE_FIX))} asserts against them in sleep mode "

@@ -89,7 +89,8 @@ class GpuPlan:
     phases: tuple[str, ...]
     rows: tuple[Row, ...]
     returned_by_empty_cache: float  # freed but reserved bytes `empty_cache` returns
-    load_full_copy: float  # the load column with the whole float32 model on the GPU
+    load_full_copy: float | None  # the load column with the whole float32 model on each
+    # GPU before sharding (None: one process, nothing sharded)
 
     def total(self, phase: str) -> float:
         return sum(row.cells.get(phase, 0.0) for row in self.rows)
@@ -125,24 +126,35 @@ def _trainer_rows(plan: PolicyPlan, ranks: int, generates: bool) -> list[Row]:
     return rows
 
 
-def _engine_rows(engine: Engine, phases: tuple[str, ...]) -> list[Row]:
-    awake = tuple(p for p in phases if p != "load")
+def engine_rows(engine: Engine, phases: tuple[str, ...], starts_awake: bool = False) -> list[Row]:
+    """The engine worker's share where it is awake and the reserves it keeps while asleep.
+    `starts_awake`: the engine is built at load and holds its share then (one process);
+    a worker group starts its engines after the load barrier."""
+    awake = phases if starts_awake else tuple(p for p in phases if p != "load")
     weights = awake if not engine.sleeps else ("generate", WAKE_WEIGHTS, SYNC, WAKE_KV)
     kv = awake if not engine.sleeps else ("generate", WAKE_KV)
     workspace = awake if not engine.sleeps else ("generate",)
+    if engine.sleeps and starts_awake:  # awake from its start until the first generate
+        weights, kv, workspace = (("load", *cells) for cells in (weights, kv, workspace))
     rows = [
         Row("vLLM weights / TP", _each(weights, engine.weight_bytes), engine.share_knob),
         Row("vLLM KV cache", _each(kv, engine.kv_bytes), engine.share_knob),
         Row("vLLM activation workspace", _each(workspace, engine.workspace_bytes)),
         Row("CUDA context, vLLM worker", _each(awake, CUDA_CONTEXT_BYTES)),
-        Row("staging bucket", {SYNC: engine.staging_bytes}, "vllm_sync_bucket_mb"),
-        Row("vLLM's clone of a bucket", {SYNC: engine.staging_bytes}, "vllm_sync_bucket_mb"),
     ]
     if engine.tensor_parallel > 1:
         rows.append(Row("NCCL, vLLM TP group", _each(awake, NCCL_COMMUNICATOR_BYTES)))
     if engine.cuda_graphs:
         rows.append(Row("CUDA-graph pool (vLLM)", _each(awake, CUDA_GRAPH_POOL_BYTES)))
     return rows
+
+
+def _bucket_rows(engine: Engine) -> list[Row]:
+    """A worker group's sync: one staging bucket and the engine's clone of it."""
+    return [
+        Row("staging bucket", {SYNC: engine.staging_bytes}, "vllm_sync_bucket_mb"),
+        Row("vLLM's clone of a bucket", {SYNC: engine.staging_bytes}, "vllm_sync_bucket_mb"),
+    ]
 
 
 def _weight_bytes(plan: PolicyPlan) -> float:
@@ -177,19 +189,27 @@ def rank_gpu_plan(plan: PolicyPlan, ranks: int, engine: Engine | None) -> GpuPla
     rows.append(Row("one tensor whole (trainer dtype)", {"load": largest, SYNC: largest}))
     rows.append(Row("NCCL, FSDP2 group", _each(phases, NCCL_COMMUNICATOR_BYTES)))
     if engine is not None:
-        rows += _engine_rows(engine, phases)
+        rows += engine_rows(engine, phases) + _bucket_rows(engine)
     done = GpuPlan(phases, tuple(rows), 0.0, 0.0)
     full_copy = done.total("load") - largest + _weight_bytes(plan)
     return GpuPlan(phases, tuple(rows), peak - resident, full_copy)
 
 
-def format_gpu_plan(name: str, gpu: GpuPlan, usable: float, ranks: int) -> list[str]:
-    """The table `graft plan` prints for one agent's GPUs: a row per term, a column per phase
-    of the lifecycle, in GiB, the verdict against `usable` bytes and the figures around it."""
+def rank_heading(name: str, gpu: GpuPlan, ranks: int) -> str:
+    """The heading of a worker-group agent's table (`format_gpu_plan`)."""
+    engine = WAKE_WEIGHTS in gpu.phases or SYNC in gpu.phases
+    return f"{name}: each of its {ranks} GPUs (FSDP2 rank r" + (
+        ", vLLM worker r)" if engine else ")"
+    )
+
+
+def format_gpu_plan(heading: str, gpu: GpuPlan, usable: float) -> list[str]:
+    """The table `graft plan` prints for one agent's GPUs under `heading`: a row per term, a
+    column per phase of the lifecycle, in GiB, the verdict against `usable` bytes and the
+    figures around it."""
     width = 13
     lines = [
-        f"  {name}: each of its {ranks} GPUs (FSDP2 rank r"
-        + (", vLLM worker r)" if WAKE_WEIGHTS in gpu.phases or SYNC in gpu.phases else ")"),
+        f"  {heading}",
         f"    {'GiB':<34}" + "".join(f"{phase:>{width}}" for phase in gpu.phases),
     ]
     for row in gpu.rows:
@@ -213,8 +233,9 @@ def format_gpu_plan(name: str, gpu: GpuPlan, usable: float, ranks: int) -> list[
             "reserved; waking weights and KV cache at once without it, as before issue 37, "
             f"would need {(gpu.total(WAKE_KV) + returned) / GIB:.1f} GiB)"
         )
-    lines.append(
-        f"    (load: {LOAD_PATH}; loading the whole float32 model onto every GPU before sharding "
-        f"would peak at {gpu.load_full_copy / GIB:.1f} GiB)"
-    )
+    if gpu.load_full_copy is not None:
+        lines.append(
+            f"    (load: {LOAD_PATH}; loading the whole float32 model onto every GPU before "
+            f"sharding would peak at {gpu.load_full_copy / GIB:.1f} GiB)"
+        )
     return lines

@@ -253,12 +253,16 @@ class RankWorker:
             for handle in own:
                 unlink(handle)  # the engine has it open (CPU)
         if engine is not None:
-            if untouched:
-                raise RuntimeError(
-                    f"{policy.name}: weight sync left engine parameters {untouched} unset; "
-                    "the engine's model does not match the trained one"
-                )
             engine.loaded(release_buffers=True)  # the next sync allocates new buffers
+        # no rank releases its staging (`empty_cache` + `ipc_collect`) before every owner's
+        # workers let go of it: a freed buffer still mapped by a worker stays in torch's CUDA
+        # IPC limbo list, which `ipc_collect` cannot empty, until the next sync
+        dist.barrier()
+        if untouched:
+            raise RuntimeError(
+                f"{policy.name}: weight sync left engine parameters {untouched} unset; "
+                "the engine's model does not match the trained one"
+            )
         return stats
 
     def generate_engine(

@@ -116,8 +116,10 @@ measured 12.4 % is one update of a 740M Llama with a 373-token vocabulary at 136
 not the paper's 1.7-3B models with 128-152k vocabularies at ~1,000-token rows, and public verl
 runs report anywhere from 2 % to 40 %. The range takes the rate at about half and twice the
 measured one (issue 37: "uncertain by about 2x"), not the public extremes, which include
-set-ups unlike this one; `benchmarks/perf/worker_group_device_check` is the measurement that
-would replace it."""
+set-ups unlike this one. Probe (e) of `benchmarks/perf/gpu_probes.py` (the worker-group rank's
+update and scoring at the paper's token counts on a Qwen3-1.7B shape with its real vocabulary)
+is the measurement that would replace it, and `benchmarks/perf/worker_group_device_check` the
+other (the whole group's rank on its GPUs)."""
 
 
 def forward_flops_per_token(arch: Architecture, position: float) -> float:

@@ -8,12 +8,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import tomllib
 from hypothesis import given
 from hypothesis import strategies as st
 
 from algorithms.training import memory_plan as mp
 from algorithms.training.memory_plan import lifecycle, reserves
-from algorithms.training.memory_plan.launch import allocator_advice
+from algorithms.training.memory_plan.launch import VLLM_FLOOR, allocator_advice
 from algorithms.training.run_config import load_config
 from graft_env.policies.options import HFPolicyOptions
 
@@ -140,7 +141,6 @@ def test_one_process_per_gpu_keeps_the_2_gib_reserve():
     ("agents", "floor", "env", "starts"),
     [
         (["a"], (0, 18), {}, "note: "),
-        (["a"], None, {}, "note: "),
         (["a"], (0, 18), {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, "warning: "),
         (["a"], (0, 18), {"PYTORCH_ALLOC_CONF": "expandable_segments:True"}, "warning: "),
         (["a"], (0, 20), {}, "hint: "),
@@ -158,3 +158,13 @@ def test_expandable_segments_are_advised_only_without_vllm_or_with_its_fix(
     assert advice.startswith(starts)
     if starts != "hint: ":
         assert "pidfd_getfd" in advice and "sleep mode" in advice and "a)" in advice
+
+
+def test_the_vllm_floor_in_the_code_is_the_vllm_extras():
+    """`graft plan`'s allocator advice reads `VLLM_FLOOR`, not the installed metadata (an old
+    editable install says vllm>=0.18): it must be pyproject.toml's `vllm` extra."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    (requirement,) = extras["vllm"]
+    assert requirement.replace(" ", "") == "vllm>=" + ".".join(map(str, VLLM_FLOOR))
+    assert allocator_advice(["a"], VLLM_FLOOR, {}).startswith("hint: ")  # 0.32 has the fix

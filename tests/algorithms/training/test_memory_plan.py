@@ -176,12 +176,14 @@ def test_plan_estimates_the_step_of_the_paper_layout(name, gib, capsys):
 
 def test_plan_shards_the_state_only_for_worker_groups(capsys):
     """One actor per agent (no ray.ranks_per_agent): each agent computes on 1 GPU, unsharded,
-    and the step takes the slower agent; the local backend's agents take turns (longer)."""
+    and the step takes the slower agent; the local backend's agents take turns (longer), each
+    on a GPU of its own (`device: cuda` would put both, and both engines, on cuda:0)."""
     config = str(REPO / "configs" / "paper_smollm3_qwen3.yaml")
     argv = ["plan", config, "--gpu-memory", "141", "--gpus", "4"]
     totals = {}
     for backend in ("ray", "local"):
         extra = ["--set", "ray.ranks_per_agent=null", "--set", f"backend={backend}"]
+        extra += ["--set", "agents.1.options.device=cuda:1"] if backend == "local" else []
         assert cli.main([*argv, *extra]) == 0
         out = capsys.readouterr().out
         assert "smollm3-3b, 1 GPU(s)" in out and ", 2 GPU(s)" not in out

@@ -1,6 +1,7 @@
 """A worker-group rank drives its vLLM engine through the lifecycle of `policies.engine.cycle`:
 per step generate → sleep(2) → score and update asleep → wake weights → sync → wake KV cache →
-generate, and the engine starts only after the group's barrier (every rank sharded).
+generate, and the engine starts only after the group's barrier (every rank sharded); no rank
+releases its staging buffers before the owner's workers have let go of them (a barrier).
 
 The rank is the real `RankWorker` (a 1-rank gloo group in this process, tiny-b, the real
 FSDP2 sharding, update and bucketed sync); the engine is `fake_vllm`'s recording `LLM`,
@@ -48,6 +49,7 @@ def worker(fake_vllm, tiny_pair_paths, monkeypatch):
     trainer phase (score, the update's forward/backward) with the engine's state."""
     events = fake_vllm.EVENTS
     barrier = dist.barrier
+
     def noted_barrier() -> None:
         events.append(("barrier", None, None))
         barrier()
@@ -156,3 +158,19 @@ def test_requests_are_seeded_unless_the_engine_is_seeded_per_step(worker, fake_v
     assert [params.seed for params in seen[-1]] == [None, None]
     calls = [call for call, _, _ in fake_vllm.EVENTS]
     assert calls.count("graft_seed") == 1 and calls.index("graft_seed") < calls.index("generate")
+
+
+def test_no_rank_releases_its_staging_before_the_engine_lets_go_of_it(worker, fake_vllm):
+    """After the last bucket the owner's workers drop their mappings (`graft_end_sync`, in
+    `loaded`); a rank that empties its cache before that leaves its buffer in torch's IPC
+    limbo until the next sync, so a group barrier comes between them on every rank."""
+    events = fake_vllm.EVENTS
+
+    def release(when: str) -> None:
+        events.append((f"release({when})", None, None))
+
+    worker.cycle.release = worker.memory.release = release
+    _step(worker, 0)
+    calls = [call for call, _, _ in events]
+    after = calls.index("release(after_sync)")
+    assert calls[calls.index("reset_prefix_cache") : after] == ["reset_prefix_cache", "barrier"]

@@ -6,8 +6,10 @@ agent (tiny-b) as a worker group of 2 ranks with `rollout_backend: vllm`. The en
 `fake_vllm`'s recording `LLM` (put on the actors' path through `ray.runtime_env`): like
 vLLM's multiprocess engine, it runs an engine-core process (a child of the owning rank) with
 a worker of its own (the rank's grandchild), and writes their pids into a folder the test
-reads. `ray.kill` alone (the shutdown before this fix) ends the rank and, on Ray 2.60, its
-child, but not the grandchild.
+reads. On Ray 2.60 `ray.kill` alone (the shutdown before this fix) leaves neither: the raylet
+ends a killed actor's descendants (`kill_child_processes_on_worker_exit`), so these tests pass
+without `close_engine` too (docs/scale-out.md's table says so); they guard the shutdown that
+closes each engine before its actor dies, so the engine frees its GPU share first.
 """
 
 from __future__ import annotations
