@@ -7,6 +7,8 @@ built from the same weights; a worker group's rank 0 owns one too,
 mode (CUDA) it sleeps right after each generate (level 1 here: the sync sends only the
 blocks that changed, so the rest must survive the sleep), scoring and the update run with
 it asleep, and the sync wakes its weights, the next generate its KV cache.
+On `cuda:N` the engine's processes see only that GPU (`engine.llm.policy_gpu`, the
+process's CUDA_VISIBLE_DEVICES entry N), where the staging buffer lives.
 
 After every `update` and `load` the trainer's changed parameters are copied into the
 engine in memory: `engine.staging.WeightStager` keeps one staging buffer the engine maps
@@ -24,13 +26,14 @@ frees the original, so each sent layer is reloaded and repacked.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from graft_env.policies.base import Generation, LossFn, SamplingParams
 from graft_env.policies.engine.cycle import EngineCycle
-from graft_env.policies.engine.llm import VLLMEngine
+from graft_env.policies.engine.llm import VLLMEngine, policy_gpu
 from graft_env.policies.engine.memory import PhaseMemory
 from graft_env.policies.engine.staging import WeightStager
 from graft_env.policies.hf import HFPolicy
@@ -52,13 +55,17 @@ class VLLMPolicy(HFPolicy):
         options: HFPolicyOptions | None = None,
         engine_options: VLLMEngineOptions | None = None,
     ) -> None:
-        super().__init__(model_path, name=name, options=options)
+        options = options or HFPolicyOptions()
         self.engine_options = engine_options or VLLMEngineOptions()
+        tp = self.engine_options.tensor_parallel_size or 1
+        gpu = policy_gpu(options.device, tp, os.environ)  # before the model loads
+        super().__init__(model_path, name=name, options=options)
         self.engine = VLLMEngine(
             self,
             self.engine_options,
-            tensor_parallel_size=self.engine_options.tensor_parallel_size or 1,
+            tensor_parallel_size=tp,
             sleep_mode=self.engine_options.sleeps(self.device.type),
+            visible_devices=gpu,
         )
         self.memory = PhaseMemory()
         self.cycle = EngineCycle(self.engine, SLEEP_LEVEL, self.memory.release)

@@ -25,15 +25,17 @@ leaves the requests unseeded, so vLLM's sampler draws for the whole batch at onc
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import torch
 
 from graft_env.policies.base import Generation, SamplingParams
 from graft_env.policies.engine.staging import BufferHandles, WeightSlot
 from graft_env.policies.hf import HFPolicy
 from graft_env.policies.options import VLLMEngineOptions
+from graft_env.schema import OptionError
 
 INSTALL_HINT = (
     "install the vllm extra: pip install 'graft-rlvr[vllm]' (GPU), or on CPU-only machines "
@@ -64,6 +66,36 @@ def engine_environment(
             kept = [o for o in environ[key].split(",") if o and o != "expandable_segments:True"]
             changes[key] = ",".join(kept) or None
     return changes
+
+
+def policy_gpu(device: str, tensor_parallel_size: int, environ: Mapping[str, str]) -> str | None:
+    """The CUDA_VISIBLE_DEVICES entry of a single-process policy's GPU (`device` "cuda:N"),
+    for its engine's processes: without it the engine would start, profile and stage on the
+    process's first GPU, not the policy's. None off CUDA. A single-process policy stages one
+    buffer on its own GPU, so its engine is tensor-parallel only on CPU (a worker group's
+    ranks give each worker its GPU)."""
+    parsed = torch.device(device)
+    if parsed.type != "cuda":
+        return None
+    if tensor_parallel_size > 1:
+        raise OptionError(
+            "VLLMEngineOptions",
+            "tensor_parallel_size",
+            f"{tensor_parallel_size} needs a worker group (ray.ranks_per_agent) on {device}: a "
+            "single-process policy stages its weights on one GPU",
+        )
+    index = parsed.index or 0
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return str(index)
+    entries = [entry.strip() for entry in visible.split(",") if entry.strip()]
+    if index >= len(entries):
+        raise OptionError(
+            "HFPolicyOptions",
+            "device",
+            f"{device} is not among the {len(entries)} GPU(s) of CUDA_VISIBLE_DEVICES={visible!r}",
+        )
+    return entries[index]
 
 
 def _set_env(key: str, value: str | None) -> None:

@@ -24,9 +24,11 @@ from run_configs import small_config
 import algorithms
 from algorithms.training.loop import Trainer, make_policies
 from graft_env.policies import Generation, SamplingParams, load_policy
+from graft_env.policies.engine.llm import policy_gpu
 from graft_env.policies.engine.staging import WeightStager, open_buffer, slot_view, sync_group
 from graft_env.policies.forward import response_logprobs
 from graft_env.policies.vllm_policy import VLLMPolicy
+from graft_env.schema import OptionError
 from graft_env.types import TrainBatch, TrainSequence
 
 TOLERANCE = 1e-4  # fp32: vLLM's paged-attention forward vs the transformers training forward
@@ -342,3 +344,30 @@ def test_the_staging_file_goes_at_unlink_or_collection_and_opened_buffers_keep_i
 )
 def test_a_sync_group_is_the_block_or_else_the_module(name, group):
     assert sync_group(name) == group
+
+
+@pytest.mark.parametrize(
+    ("device", "visible", "gpu"),
+    [
+        ("cpu", None, None),
+        ("cpu", "0,1", None),
+        ("cuda", None, "0"),
+        ("cuda:2", None, "2"),
+        ("cuda:1", "4,GPU-5f2e", "GPU-5f2e"),  # the entry, in whatever form it is written
+        ("cuda", "3,1", "3"),
+        ("cuda:1", " 6 , 7 ", "7"),
+    ],
+)
+def test_a_single_process_engine_sees_the_policy_gpu_only(device, visible, gpu):
+    """A policy on cuda:N starts its engine on that physical GPU, not the process's first
+    (where its staging buffer's UUID would not be found at the first sync)."""
+    environ = {} if visible is None else {"CUDA_VISIBLE_DEVICES": visible}
+    assert policy_gpu(device, 1, environ) == gpu
+
+
+def test_a_single_process_engine_refuses_a_gpu_it_cannot_see_and_tp_on_cuda():
+    with pytest.raises(OptionError, match=r"^HFPolicyOptions\.device: cuda:2 is not among the 2"):
+        policy_gpu("cuda:2", 1, {"CUDA_VISIBLE_DEVICES": "0,1"})
+    with pytest.raises(OptionError, match=r"^VLLMEngineOptions\.tensor_parallel_size: 2 needs"):
+        policy_gpu("cuda:0", 2, {})
+    assert policy_gpu("cpu", 2, {}) is None  # CPU workers share the one shared-memory file
