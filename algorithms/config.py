@@ -5,7 +5,8 @@ GRPO, GRAFT, its ablations and the baselines differ only in these options, so a 
 reads are declared here; an exchange strategy declares its own next to its code
 (`ExchangeStrategy.options`, a frozen dataclass) and `register_strategy` merges them in
 (`add_strategy`), so `AlgorithmConfig(...)` is one flat frozen config of all of them
-(`merged_class`) and `dataclasses.asdict` of it lists every option. Each field's type
+(`merged_class`) and `dataclasses.asdict` of it lists every option. A strategy subclassing
+another reads (and may set) its base's options and declares only its new ones. Each field's type
 carries its range (`graft_env.schema`) and `metadata["help"]` its help text (TRL style), so
 `describe()` and `graft config show` print them. `validate()` checks every value, the
 combinations that would silently mean nothing, and the strategy's own rules
@@ -36,6 +37,7 @@ from graft_env.schema import (
     check_fields,
     require,
 )
+from graft_env.suggest import did_you_mean
 
 RATIO_MODES = ("token", "sequence")
 PEER_OBJECTIVES = ("ppo", "luffy", "nll")
@@ -219,7 +221,8 @@ class AlgorithmConfig:
         check = _STRATEGY_CHECKS.get(self.exchange)
         if check is None:
             valid = ", ".join(repr(name) for name in sorted(_STRATEGY_CHECKS))
-            raise OptionError(where, "exchange", f"{self.exchange!r} is not one of {valid}")
+            hint = did_you_mean(self.exchange, _STRATEGY_CHECKS)
+            raise OptionError(where, "exchange", f"{self.exchange!r} is not one of {valid}{hint}")
         check(self, where)
         return self
 
@@ -277,6 +280,17 @@ def _merge(options: tuple[type, ...]) -> type[AlgorithmConfig]:
     )
     merged.__module__, merged.__doc__ = __name__, AlgorithmConfig.__doc__
     return merged
+
+
+def strategy_names() -> list[str]:
+    """Names of the registered strategies (valid `exchange` values), in registration order."""
+    return list(_STRATEGY_CHECKS)
+
+
+def strategy_options() -> dict[str, type]:
+    """Strategy name -> the options dataclass it declares itself (inherited ones are declared
+    by the base strategy), in registration order."""
+    return dict(_STRATEGY_OPTIONS)
 
 
 def option_fields() -> tuple[dataclasses.Field, ...]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import algorithms.exchange  # noqa: F401  (the strategies, and the entries their modules register)
 from algorithms.config import AlgorithmConfig
 from algorithms.registry import register
 

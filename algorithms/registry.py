@@ -7,17 +7,27 @@ an entry states exactly which options it changes (see `algorithms.presets`).
 result (`configure`, which needs no torch: run configs are checked with it) and builds
 the `Algorithm`. The options are AlgorithmConfig's and every registered strategy's, merged
 (`algorithms.config.merged_class`); a strategy's own options keep their defaults unless
-`exchange` names it (`ExchangeStrategy.check_options`).
+`exchange` names it or a strategy built on it (`ExchangeStrategy.check_options`).
+
+A name may be a reference `module.path:Name` (Gymnasium's form): the module is imported
+first (it registers what it defines), then Name is a registered algorithm, or a registered
+exchange strategy class of that module (its algorithm is the entry of the strategy's name,
+else the shared defaults with `exchange` set to it). Strategies of installed packages come
+in through the `graft.strategies` entry points (`algorithms.exchange.plugins`).
+
+The entries are registered by importing `algorithms.presets` (which imports the strategies,
+and they may register entries here): `algorithms.make` / `algorithms.available` do.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-import algorithms.exchange  # noqa: F401  (importing registers the built-in strategies)
-from algorithms.config import AlgorithmConfig, option_fields
+from algorithms.config import AlgorithmConfig, option_fields, strategy_names
+from graft_env.suggest import did_you_mean
 
 if TYPE_CHECKING:
     from algorithms.algorithm import Algorithm
@@ -44,13 +54,43 @@ def available() -> list[str]:
 
 
 def preset(name: str) -> AlgorithmConfig:
-    """The config registered under `name`, before overrides."""
-    if name not in _PRESETS:
-        raise ValueError(f"unknown algorithm {name!r}; available: {available()}")
-    config = _PRESETS[name]()
+    """The config registered under `name` (or a `module:Name` reference), before overrides."""
+    if name in _PRESETS:
+        config = _PRESETS[name]()
+    elif ":" in name:
+        config = _referenced(name)
+    else:
+        raise ValueError(
+            f"unknown algorithm {name!r}{did_you_mean(name, _PRESETS)}; available: {available()}"
+        )
     if not isinstance(config, AlgorithmConfig):
         raise TypeError(f"preset {name!r} returned {type(config).__name__}, not AlgorithmConfig")
     return config
+
+
+def _referenced(reference: str) -> AlgorithmConfig:
+    """The preset a `module:Name` reference names, its module imported first."""
+    module_name, _, name = reference.partition(":")
+    if not module_name or not name or ":" in name:
+        raise ValueError(f"algorithm {reference!r}: a reference is 'module.path:Name'")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        raise ValueError(
+            f"algorithm {reference!r}: cannot import {module_name!r} ({error}); is it on "
+            "PYTHONPATH or installed?"
+        ) from None
+    if name in _PRESETS:
+        return _PRESETS[name]()
+    found = getattr(module, name, None)
+    strategy = vars(found).get("name") if isinstance(found, type) else None  # set on registering
+    if strategy is not None and strategy in strategy_names():
+        return _PRESETS[strategy]() if strategy in _PRESETS else AlgorithmConfig(exchange=strategy)
+    known = [*_PRESETS, *(n for n, v in vars(module).items() if isinstance(v, type))]
+    raise ValueError(
+        f"algorithm {reference!r}: {module_name!r} defines no registered algorithm or "
+        f"exchange strategy {name!r}{did_you_mean(name, known)}"
+    )
 
 
 def configure(name: str, **overrides: object) -> AlgorithmConfig:
@@ -61,8 +101,9 @@ def configure(name: str, **overrides: object) -> AlgorithmConfig:
     valid = [field.name for field in option_fields()]
     unknown = sorted(set(overrides) - set(valid))
     if unknown:
+        hint = did_you_mean(unknown[0], valid) if len(unknown) == 1 else ""
         raise ValueError(
-            f"unknown option(s) {unknown} for algorithm {name!r}; valid options: {valid}"
+            f"unknown option(s) {unknown} for algorithm {name!r}{hint}; valid options: {valid}"
         )
     return dataclasses.replace(base, **overrides).validate()
 

@@ -1,6 +1,9 @@
 """The folder tree is the map: every package's docstring names each of its modules and
 sub-packages in one line, no folder holds more than 15 modules (benchmarks/perf/, the
 measurement scripts, excepted), and CONTRIBUTING.md's layout is built from those lines.
+A package whose docstring has a `*` entry (algorithms/exchange/: strategy modules register
+themselves, so a new strategy is one new file) lets a module it does not name describe
+itself in its own docstring's first line; the layout shows the `*` entry, not those.
 
     python tests/test_layout.py     # rewrites CONTRIBUTING.md's layout block from the tree
 """
@@ -16,7 +19,8 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("graft_env", "algorithms", "benchmarks")
 MAX_MODULES = 15
 UNBOUNDED = {"benchmarks/perf"}  # one script per measurement, indexed in its docstring
-ENTRY = re.compile(r"^([A-Za-z_]\w*/?) {2,}(\S.*)$")  # "name   what it holds" at column 0
+ENTRY = re.compile(r"^([A-Za-z_]\w*/?|\*) {2,}(\S.*)$")  # "name   what it holds" at column 0
+SELF = "*"  # the entry of modules that describe themselves
 BEGIN, END = "<!-- layout: built by `python tests/test_layout.py` -->", "<!-- /layout -->"
 
 
@@ -32,10 +36,25 @@ def members(package: Path) -> set[str]:
     return found | {f"{p.name}/" for p in package.iterdir() if (p / "__init__.py").is_file()}
 
 
+def entries(package: Path) -> dict[str, str]:
+    """The one-line entries of a package's docstring: name (or `*`) -> what it holds."""
+    doc = _doc(package / "__init__.py")
+    return {m[1]: m[2] for line in doc.splitlines() if (m := ENTRY.match(line))}
+
+
 def index(package: Path) -> dict[str, str]:
-    """The one-line entries of a package's docstring: name -> what it holds."""
-    doc = ast.get_docstring(ast.parse((package / "__init__.py").read_text(encoding="utf-8")))
-    return {m[1]: m[2] for line in (doc or "").splitlines() if (m := ENTRY.match(line))}
+    """Each module and sub-package a package's docstring describes -> how; with a `*` entry,
+    each module it does not name -> its own docstring's first line ('' if none)."""
+    found = entries(package)
+    if found.pop(SELF, None) is not None:
+        for name in members(package) - set(found):
+            if not name.endswith("/"):
+                found[name] = _doc(package / f"{name}.py").partition("\n")[0]
+    return found
+
+
+def _doc(path: Path) -> str:
+    return ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
 
 
 def problems(root: Path) -> list[str]:
@@ -45,6 +64,11 @@ def problems(root: Path) -> list[str]:
         where = package.relative_to(root).as_posix()
         named, present = set(index(package)), members(package)
         found += [f"{where}: {m} is not named in its __init__ docstring" for m in present - named]
+        found += [
+            f"{where}: {m}.py has no docstring to describe it"
+            for m, d in index(package).items()
+            if not d
+        ]
         found += [f"{where}: its docstring names {m}, which is not there" for m in named - present]
         modules = [m for m in present if not m.endswith("/")]
         if len(modules) > MAX_MODULES and where not in UNBOUNDED:
@@ -58,18 +82,25 @@ def layout(root: Path) -> str:
     for package in packages(root):
         parts = package.relative_to(root).parts
         indent = "  " * (len(parts) - 1)
-        entries = index(package)
+        described = entries(package)
         lines.append(f"{indent}{parts[-1]}/")
-        for name in sorted(entries, key=lambda n: (n.endswith("/"), n)):
+        for name in sorted(described, key=lambda n: (n.endswith("/"), n == SELF, n)):
             if not name.endswith("/"):
                 file = f"{name}.py".ljust(25 - len(indent))
-                lines.append(f"{indent}  {file} {entries[name]}")
+                lines.append(f"{indent}  {file} {described[name]}")
     return "\n".join(lines)
 
 
 def contributing_block(root: Path) -> str:
     text = (root / "CONTRIBUTING.md").read_text(encoding="utf-8")
     return text[text.index(BEGIN) + len(BEGIN) : text.index(END)].strip("\n")
+
+
+def plant(root: Path, files: dict[str, str]) -> None:
+    """Write each `path: text` under root."""
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
 
 
 def test_every_package_names_each_of_its_modules_and_no_folder_is_too_big():
@@ -93,14 +124,32 @@ def test_a_planted_unnamed_module_a_stale_name_and_a_crowded_folder_are_found(tm
         "benchmarks/__init__.py": '"""Harness."""\n',
         **{f"algorithms/sub/m{i}.py": "" for i in range(MAX_MODULES + 1)},
     }
-    for name, text in files.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
+    plant(tmp_path, files)
     found = problems(tmp_path)
     assert "graft_env: new is not named in its __init__ docstring" in found
     assert "graft_env: its docstring names old, which is not there" in found
     assert f"algorithms/sub: {MAX_MODULES + 1} modules, more than {MAX_MODULES}" in found
     assert "algorithms: sub/ is not named in its __init__ docstring" not in found
+
+
+def test_a_self_describing_module_needs_a_star_entry_and_a_docstring(tmp_path):
+    files = {
+        "graft_env/__init__.py": '"""World."""\n',
+        "algorithms/__init__.py": '"""Rules.\n\nold     named\n*       strategies\n"""\n',
+        "algorithms/old.py": "",
+        "algorithms/topk.py": '"""topk: the k best groups move."""\n',
+        "algorithms/bare.py": "x = 1\n",
+        "benchmarks/__init__.py": '"""Harness.\n\nother   named\n"""\n',
+        "benchmarks/other.py": "",
+        "benchmarks/loose.py": '"""Describes itself, but its package has no * entry."""\n',
+    }
+    plant(tmp_path, files)
+    assert problems(tmp_path) == [
+        "algorithms: bare.py has no docstring to describe it",
+        "benchmarks: loose is not named in its __init__ docstring",
+    ]
+    assert index(tmp_path / "algorithms")["topk"] == "topk: the k best groups move."
+    assert "topk" not in layout(tmp_path) and "*.py" in layout(tmp_path)
 
 
 if __name__ == "__main__":

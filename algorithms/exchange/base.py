@@ -41,12 +41,14 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from algorithms.config import AlgorithmConfig, add_strategy
+from algorithms.config import AlgorithmConfig, add_strategy, strategy_options
 from algorithms.exchange.stats import ExchangeStats
 from graft_env.schema import require
+from graft_env.suggest import did_you_mean
 from graft_env.types import AgentRollouts, ScoredText, Scorer, TransferredGroup
 
 _STRATEGIES: dict[str, type[ExchangeStrategy]] = {}
+_SHARED = frozenset(f.name for f in dataclasses.fields(AlgorithmConfig))
 
 
 @dataclass(frozen=True)
@@ -89,13 +91,30 @@ class ExchangeStrategy:
                 f"False with exchange={self.name!r}: it would drop the all-fail groups an "
                 "exchange fills",
             )
-        for owner, options in _options_of_others(self.name):
+        read = self.option_names()
+        for options in strategy_options().values():
             for spec in dataclasses.fields(options):
-                if getattr(cfg, spec.name) != spec.default:
-                    value = getattr(cfg, spec.name)
+                value = getattr(cfg, spec.name)
+                if spec.name not in read and value != spec.default:
                     raise require(
-                        where, spec.name, value, f"{spec.default!r} unless exchange={owner!r}"
+                        where, spec.name, value, f"{spec.default!r} {_readers(spec.name)}"
                     )
+
+    @classmethod
+    def option_classes(cls) -> tuple[type, ...]:
+        """The options dataclasses this strategy reads: its own `options` and those of every
+        strategy class it subclasses (a GRAFT variant reads, and may set, GRAFT's options)."""
+        found: list[type] = []
+        for klass in cls.__mro__:
+            options = klass.__dict__.get("options")
+            if options is not None and options not in found:
+                found.append(options)
+        return tuple(found)
+
+    @classmethod
+    def option_names(cls) -> frozenset[str]:
+        """Names of the strategy options this strategy reads (`option_classes`' fields)."""
+        return frozenset(f.name for o in cls.option_classes() for f in dataclasses.fields(o))
 
     @property
     def replaces_own_groups(self) -> bool:
@@ -174,7 +193,13 @@ def register_strategy(name: str) -> Callable[[type[ExchangeStrategy]], type[Exch
             raise TypeError(f"strategy {name!r} must subclass ExchangeStrategy, got {cls!r}")
         if name in _STRATEGIES:
             raise ValueError(f"exchange strategy {name!r} is already registered")
-        add_strategy(name, cls.options, lambda config, where: cls(config).check_options(where))
+        own = cls.__dict__.get("options")
+        inherited = {klass.__dict__.get("options") for klass in cls.__mro__[1:]}
+        add_strategy(
+            name,
+            None if own in inherited else own,  # a base's options are declared by the base
+            lambda config, where: cls(config).check_options(where),
+        )
         cls.name = name
         _STRATEGIES[name] = cls
         return cls
@@ -188,11 +213,25 @@ def rebuild_config(values: Mapping[str, Any]) -> AlgorithmConfig:
     return AlgorithmConfig(**values)
 
 
-def _options_of_others(name: str) -> list[tuple[str, type]]:
-    """(strategy, options dataclass) of every registered strategy but `name`."""
-    return [
-        (other, cls.options) for other, cls in _STRATEGIES.items() if other != name and cls.options
-    ]
+def _readers(option: str) -> str:
+    """'unless exchange=...' naming every registered strategy that reads `option`."""
+    names = [name for name, cls in _STRATEGIES.items() if option in cls.option_names()]
+    if len(names) == 1:
+        return f"unless exchange={names[0]!r}"
+    return "unless exchange is one of " + ", ".join(repr(name) for name in names)
+
+
+def options_read(config: AlgorithmConfig) -> dict[str, Any]:
+    """The options a run of `config` reads: every shared AlgorithmConfig option and those of
+    the strategy `config.exchange` names (its own and inherited), by name. Options of other
+    strategies are left out: they are held at their defaults (`check_options`), so adding a
+    strategy or an option elsewhere does not change this (compare cells hash it)."""
+    read = make_strategy(config).option_names()
+    return {
+        spec.name: getattr(config, spec.name)
+        for spec in dataclasses.fields(config)
+        if spec.name in read or spec.name in _SHARED
+    }
 
 
 def available_strategies() -> list[str]:
@@ -204,7 +243,8 @@ def make_strategy(config: AlgorithmConfig) -> ExchangeStrategy:
     """Build the strategy named by `config.exchange`."""
     if config.exchange not in _STRATEGIES:
         raise ValueError(
-            f"unknown exchange strategy {config.exchange!r}; registered: {available_strategies()}"
+            f"unknown exchange strategy {config.exchange!r}"
+            f"{did_you_mean(config.exchange, _STRATEGIES)}; registered: {available_strategies()}"
         )
     return _STRATEGIES[config.exchange](config)
 

@@ -3,10 +3,11 @@ docs/study/GAP-CONTROLS-PREREGISTRATION.md): GRAFT with the peer's information r
 
 - "graft-shuffled" (shuffled-reward peer): GRAFT exactly (gate, balancing, whole groups,
   compatibility weights), but each transferred group's rewards are permuted within the
-  group before its advantages are computed: the peer's traces and token counts move, the
-  information of which of them are right does not. Each group's permutation is seeded from
-  the step's random stream's seed (the run's seed and step), the receiver and the prompt,
-  without drawing from that stream, so everything else GRAFT draws is as in GRAFT.
+  group before its advantages are computed (GRAFT's `peer_group` hook): the peer's traces
+  and token counts move, the information of which of them are right does not. Each group's
+  permutation is seeded from the step's random stream's seed (the run's seed and step), the
+  receiver and the prompt, without drawing from that stream, so everything else GRAFT draws
+  is as in GRAFT.
 - "graft-twin" (twin peer): GRAFT's gate against the real peer decides which prompts would
   move this step (`C_{S->R}`, balanced); the receiver then answers those prompts again
   itself (`ResamplingScorer.resample`: its own weights, its own sampling seed per round),
@@ -14,22 +15,26 @@ docs/study/GAP-CONTROLS-PREREGISTRATION.md): GRAFT with the peer's information r
   (0 < k < n) or the rounds are spent; each informative group replaces the receiver's
   all-fail group as a peer group would, weighted by GRAFT's weights (s from the receiver
   re-scoring its own traces). Nothing moves from the real peer. Per receiver and step the
-  strategy logs how many prompts GRAFT would have moved (`twin/<R>/gated_prompts`), how
-  many the twin filled (`twin/<R>/filled_prompts`), the rounds and the responses drawn.
+  strategy counts how many prompts GRAFT would have moved (`gated_prompts`), how many the
+  twin filled (`filled_prompts`), the rounds and the responses drawn, as
+  `exchange/<R>~twin-><R>/graft-twin/<counter>`.
 
-Both read GRAFT's options and declare none of their own.
+Both read GRAFT's options and declare none of their own. GRAFT's hooks have no sampling
+step, so the twin runs GRAFT's public `gate`, draws its groups, and hands GRAFT's transfer
+(`GraftExchange._transfer`: scoring, weighting, the transferred groups) its own plan.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+import zlib
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from algorithms.core import group_advantages
 from algorithms.exchange.base import ExchangeResult, register_strategy
 from algorithms.exchange.graft import GraftExchange
+from algorithms.exchange.peer_group import PeerGroup
 from algorithms.exchange.resample import Resample, ResamplingScorer
 from algorithms.exchange.stats import ExchangeStats
 from graft_env.types import AgentRollouts, Scorer
@@ -46,47 +51,41 @@ def permuted_rewards(rewards: np.ndarray, seed: np.random.SeedSequence) -> np.nd
 
 
 def permutation_seed(
-    root: np.random.SeedSequence, receiver: int, prompt: int
+    root: np.random.SeedSequence, receiver: str, prompt: int
 ) -> np.random.SeedSequence:
     """The seed of one transferred group's permutation: `root` (the step stream's seed)
-    extended by (SHUFFLE_STREAM, receiver index, prompt index); `root` is not advanced."""
-    return np.random.SeedSequence(
-        entropy=root.entropy, spawn_key=(*root.spawn_key, SHUFFLE_STREAM, receiver, prompt)
-    )
+    extended by (SHUFFLE_STREAM, CRC-32 of the receiver's name, prompt index); `root` is not
+    advanced."""
+    key = (*root.spawn_key, SHUFFLE_STREAM, zlib.crc32(receiver.encode()), prompt)
+    return np.random.SeedSequence(entropy=root.entropy, spawn_key=key)
 
 
 def with_groups(
     rollouts: AgentRollouts,
     replaced: Mapping[int, tuple[AgentRollouts, int]],
-    rewards: Mapping[int, np.ndarray],
-    advantage_options: Mapping[str, object],
+    advantages: Callable[[np.ndarray], np.ndarray],
 ) -> AgentRollouts:
-    """`rollouts` with prompt p's group taken from group j of `replaced[p] = (other, j)`,
-    and prompt p's rewards set to `rewards[p]`; advantages are recomputed for the prompts
-    either names (`group_advantages` with `advantage_options`), kept elsewhere. The result is
-    a source's view (what a receiver is sent), so it carries no rollout-correction fields."""
+    """`rollouts` with prompt p's group taken from group j of `replaced[p] = (other, j)`, its
+    advantages `advantages(rewards)` (Eq.1 over that group), the other prompts' kept. The
+    result is a source's view (what a receiver is sent): no rollout-correction fields."""
     texts, token_ids = list(rollouts.texts), list(rollouts.token_ids)
     logprobs, reasons = list(rollouts.logprobs), list(rollouts.finish_reasons)
-    new_rewards = rollouts.rewards.copy()
+    rewards = rollouts.rewards.copy()
+    filled = np.zeros_like(rewards) if rollouts.advantages is None else rollouts.advantages
+    filled = np.asarray(filled, dtype=np.float64).copy()
     for p, (other, j) in replaced.items():
         texts[p], token_ids[p] = other.texts[j], other.token_ids[j]
         logprobs[p], reasons[p] = other.logprobs[j], other.finish_reasons[j]
-        new_rewards[p] = other.rewards[j]
-    for p, values in rewards.items():
-        new_rewards[p] = values
-    advantages = np.zeros_like(new_rewards) if rollouts.advantages is None else rollouts.advantages
-    advantages = np.asarray(advantages, dtype=np.float64).copy()
-    changed = sorted({*replaced, *rewards})
-    if changed:
-        advantages[changed] = group_advantages(new_rewards[changed], **advantage_options)
+        rewards[p] = other.rewards[j]
+        filled[p] = advantages(rewards[p])
     return dataclasses.replace(
         rollouts,
         texts=texts,
         token_ids=token_ids,
         logprobs=logprobs,
         finish_reasons=reasons,
-        rewards=new_rewards,
-        advantages=advantages,
+        rewards=rewards,
+        advantages=filled,
         train_logprobs=None,
         rollout_weights=None,
     )
@@ -123,57 +122,24 @@ def twin_draw(
     return TwinDraw(groups, rounds, drawn)
 
 
-class _GraftControl(GraftExchange):
-    """GRAFT's gate and transfer, the control deciding what the receiver's peer data is.
-
-    It declares no options of its own; GRAFT's are read at their values, which (until a
-    strategy may set its base's options) are GRAFT's defaults."""
-
-    options = None
-
-    def _advantage_options(self) -> dict[str, object]:
-        cfg = self.config
-        return {"eps": cfg.adv_eps, "scale": cfg.adv_scale, "ddof": cfg.adv_ddof}
-
-
 @register_strategy("graft-shuffled")
-class ShuffledRewardExchange(_GraftControl):
+class ShuffledRewardExchange(GraftExchange):
     """GRAFT with each transferred group's rewards permuted within the group."""
 
-    def select(
-        self,
-        rollouts: Mapping[str, AgentRollouts],
-        receivers: Sequence[str],
-        scorer: Scorer,
-        rng: np.random.Generator,
-    ) -> ExchangeResult:
-        stats = ExchangeStats(strategy=self.name)
-        plan = self._select_prompts(rollouts, receivers, rng, stats)
-        root, agents = rng.bit_generator.seed_seq, list(rollouts)
-        transfers = {}
-        for receiver in receivers:
-            view, moved = dict(rollouts), 0
-            for (source, recv), prompts in plan.items():
-                if recv != receiver:
-                    continue
-                own = rollouts[source]
-                permuted = {
-                    int(p): permuted_rewards(
-                        own.rewards[p], permutation_seed(root, agents.index(receiver), int(p))
-                    )
-                    for p in prompts
-                }
-                moved += sum(
-                    int(np.count_nonzero(v != own.rewards[p])) for p, v in permuted.items()
-                )
-                view[source] = with_groups(own, {}, permuted, self._advantage_options())
-            transfers[receiver] = self._transfer(receiver, plan, view, scorer, rng, stats)
-            stats.extra[f"shuffled/{receiver}/rewards_moved"] = float(moved)
-        return ExchangeResult(transfers, stats)
+    def peer_group(
+        self, group: PeerGroup, rng: np.random.Generator, stats: ExchangeStats
+    ) -> PeerGroup:
+        """The group with its rewards permuted (`permutation_seed` from the step stream's
+        seed, the receiver and the prompt); counts the responses whose reward moved."""
+        seed = permutation_seed(rng.bit_generator.seed_seq, group.receiver, group.prompt_index)
+        rewards = permuted_rewards(group.rewards, seed)
+        moved = float(np.count_nonzero(rewards != group.rewards))
+        stats.count("rewards_moved", moved, group.source, group.receiver)
+        return dataclasses.replace(group, rewards=rewards)
 
 
 @register_strategy("graft-twin")
-class TwinPeerExchange(_GraftControl):
+class TwinPeerExchange(GraftExchange):
     """GRAFT's gate decides how many prompts; the receiver's own re-sampling fills them."""
 
     def select(
@@ -189,29 +155,21 @@ class TwinPeerExchange(_GraftControl):
                 f"ResamplingScorer (algorithms.exchange.resample); got {type(scorer).__name__}"
             )
         stats = ExchangeStats(strategy=self.name)
-        plan = self._select_prompts(rollouts, receivers, rng, stats)
+        plan = self.gate(rollouts, receivers, rng, stats)
         transfers = {}
         for receiver in receivers:
             gated = sorted(int(p) for (_, r), ps in plan.items() if r == receiver for p in ps)
-            for source, recv in plan:
-                if recv == receiver:  # the gate's count is kept; nothing moves from the peer
-                    stats.direction(source, recv).selected_prompts = []
             draw = twin_draw(receiver, gated, scorer.resample, self.config.n, TWIN_MAX_ROUNDS)
             twin = f"{receiver}{TWIN_SUFFIX}"
             own = dataclasses.replace(rollouts[receiver], agent=twin)
-            view = {
-                **rollouts,
-                twin: with_groups(own, draw.groups, {}, self._advantage_options()),
-            }
+            view = {**rollouts, twin: with_groups(own, draw.groups, self.group_advantages)}
             twin_plan = {(twin, receiver): np.array(sorted(draw.groups), dtype=np.int64)}
             transfers[receiver] = self._transfer(receiver, twin_plan, view, scorer, rng, stats)
-            stats.direction(twin, receiver).selected_prompts = sorted(draw.groups)
-            stats.extra.update(
-                {
-                    f"twin/{receiver}/gated_prompts": float(len(gated)),
-                    f"twin/{receiver}/filled_prompts": float(len(draw.groups)),
-                    f"twin/{receiver}/rounds": float(draw.rounds),
-                    f"twin/{receiver}/resampled_responses": float(draw.drawn),
-                }
-            )
+            for name, value in (
+                ("gated_prompts", len(gated)),
+                ("filled_prompts", len(draw.groups)),
+                ("rounds", draw.rounds),
+                ("resampled_responses", draw.drawn),
+            ):
+                stats.count(name, float(value), twin, receiver)
         return ExchangeResult(transfers, stats)

@@ -17,6 +17,12 @@ Reads like GRAFT-SPEC §2-§4:
    re-normalised over what is left (§3): a removed response takes its share of the
    source's group statistics with it.
 
+Variants build on four public hooks, called in this order each step (CONTRIBUTING.md,
+"Building on GRAFT"): `plan_prompts` (after the gate), `peer_group` (each planned group,
+before scoring and its advantages), `rank_groups` (between scoring and weighting) and
+`weigh` (the weighting step); `gate` and `group_advantages` are public too, and a
+subclass reads (and may set) every GRAFT option.
+
 Ablations are options of this one strategy: selection='random_prompts', balance,
 candidates, compat, delta, admission='random' (count matched per direction or per
 group: admission_match), success_only, pooled, stored (`GraftOptions`), and the shared
@@ -33,15 +39,9 @@ import numpy as np
 
 from algorithms.core import (
     admitted_by_floor,
-    compatibility_scores,
     compatibility_weights,
-    exchange_candidates,
     group_advantages,
-    normalised_loglik,
     random_admission,
-    random_prompt_selection,
-    select_exchange,
-    select_exchange_multi,
 )
 from algorithms.core.selection import CANDIDATE_RULES
 from algorithms.core.weights import LOGLIK_MODES
@@ -50,11 +50,12 @@ from algorithms.exchange.base import (
     ExchangeStrategy,
     filled_advantages,
     register_strategy,
-    score_texts,
 )
+from algorithms.exchange.graft_steps import admission_units, gate_plan, scored_groups
+from algorithms.exchange.peer_group import PeerGroup
 from algorithms.exchange.stats import ExchangeStats
 from graft_env.schema import Flag, Fraction, require
-from graft_env.types import AgentRollouts, ScoredText, Scorer, TransferredGroup
+from graft_env.types import AgentRollouts, Scorer, TransferredGroup
 
 Direction = tuple[str, str]
 SELECTION_MODES = ("gate", "random_prompts")
@@ -200,8 +201,9 @@ class GraftExchange(ExchangeStrategy):
         scorer: Scorer,
         rng: np.random.Generator,
     ) -> ExchangeResult:
+        """gate -> plan_prompts -> per receiver: peer_group, scoring, rank_groups, weigh."""
         stats = ExchangeStats(strategy=self.name)
-        plan = self._select_prompts(rollouts, receivers, rng, stats)
+        plan = self.plan_prompts(self.gate(rollouts, receivers, rng, stats), rollouts, rng, stats)
         transfers = {
             receiver: self._transfer(receiver, plan, rollouts, scorer, rng, stats)
             for receiver in receivers
@@ -226,125 +228,65 @@ class GraftExchange(ExchangeStrategy):
                     "pooling is defined for one source group per prompt"
                 )
             pooled_prompts.add(group.prompt_index)
+            p = group.prompt_index
             pooled = self._pooled_advantages(
-                rollouts[receiver], rollouts[group.source], group.prompt_index
+                rollouts[receiver].rewards[p], rollouts[group.source].rewards[p]
             )
             advantages[group.prompt_index] = pooled[: self.config.n]
         return advantages
 
     # --- §2: which prompts ----------------------------------------------------------------
 
-    def _select_prompts(
+    def gate(
         self,
         rollouts: Mapping[str, AgentRollouts],
         receivers: Sequence[str],
         rng: np.random.Generator,
         stats: ExchangeStats,
     ) -> dict[Direction, np.ndarray]:
-        cfg = self.config
-        agents = list(rollouts)
-        k = np.stack([rollouts[agent].k for agent in agents])
+        """§2: the prompts each (source, receiver) direction would move, by Eq.4's gate with
+        balancing and ties (or `selection`'s control); fills each direction's candidate
+        counts in `stats`."""
+        return gate_plan(rollouts, receivers, self.config, rng, stats)
 
-        def select(balance: bool) -> dict[tuple[int, int], np.ndarray]:
-            if len(agents) != 2:
-                return select_exchange_multi(k, cfg.n, balance, cfg.candidates)
-            a_to_b, b_to_a = select_exchange(k[0], k[1], cfg.n, balance, cfg.candidates)
-            return {(0, 1): a_to_b, (1, 0): b_to_a}
+    # --- the extension points (CONTRIBUTING: "Building on GRAFT") ----------------------------
 
-        proposed, by_index = select(False), select(cfg.balance)
-        plan: dict[Direction, np.ndarray] = {}
-        taken: dict[str, np.ndarray] = {}
-        for (s, r), prompts in sorted(by_index.items(), key=lambda item: (item[0][1], item[0][0])):
-            source, receiver = agents[s], agents[r]
-            if receiver not in receivers:
-                continue
-            direction = stats.direction(source, receiver)
-            direction.candidates = int(proposed[(s, r)].size)
-            direction.gate_candidates = int(
-                exchange_candidates(k[s], k[r], cfg.n, cfg.candidates).size
-            )
-            if cfg.selection == "random_prompts":
-                # Same count, uniformly among the receiver's all-fail prompts that no other
-                # source already fills: taken prompts are marked as not all-fail (k = 1).
-                available_k = k[r].copy()
-                available_k[taken.get(receiver, np.empty(0, dtype=np.int64))] = 1
-                prompts = random_prompt_selection(available_k, int(prompts.size), rng)
-                taken[receiver] = np.concatenate([taken.get(receiver, prompts[:0]), prompts])
-            direction.selected_prompts = [int(p) for p in prompts]
-            plan[(source, receiver)] = prompts
-        return plan
-
-    # --- §3-§4: what moves and how much it counts -------------------------------------------
-
-    def _transfer(
+    def plan_prompts(
         self,
-        receiver: str,
-        plan: Mapping[Direction, np.ndarray],
+        plan: dict[Direction, np.ndarray],
         rollouts: Mapping[str, AgentRollouts],
-        scorer: Scorer,
         rng: np.random.Generator,
         stats: ExchangeStats,
-    ) -> list[TransferredGroup]:
-        n = self.config.n
-        items = [
-            (source, int(p))
-            for (source, recv), prompts in plan.items()
-            if recv == receiver
-            for p in prompts
-        ]
-        prompt_indices = [p for _, p in items for _ in range(n)]
-        texts = [text for source, p in items for text in rollouts[source].texts[p]]
-        reasons = [r for source, p in items for r in rollouts[source].finish_reasons[p]]
-        scored = score_texts(scorer, receiver, prompt_indices, texts, reasons)
-        group_scored = [scored[j * n : (j + 1) * n] for j in range(len(items))]
-        logliks = np.array(
-            [self._logliks(rollouts[s], p, group_scored[j]) for j, (s, p) in enumerate(items)]
-        ).reshape(len(items), 2, n)  # [G, 2, n]; without the reshape no items would give [0]
-        scores = compatibility_scores(logliks[:, 0], logliks[:, 1])
-        rewards = np.array([rollouts[source].rewards[p] for source, p in items]).reshape(-1, n)
-        weights = np.zeros((len(items), n))
-        for unit in self._admission_units(items):
-            weights[unit] = self._weights(scores[unit], rewards[unit], rng)
-        groups = []
-        for j, (source, p) in enumerate(items):
-            removed_failures = np.count_nonzero(rewards[j] <= 0) if self.config.success_only else 0
-            stats.direction(source, receiver).record(scores[j], weights[j], int(removed_failures))
-            groups.append(
-                self._group(rollouts[receiver], rollouts[source], p, group_scored[j], weights[j])
-            )
+    ) -> dict[Direction, np.ndarray]:
+        """Hook after the gate: the prompts that move, per (source, receiver) direction.
+        Default: the gate's plan unchanged. Each direction's `selected_prompts` are recorded
+        from what finally moves (after `rank_groups`), not from this plan."""
+        return plan
+
+    def peer_group(
+        self, group: PeerGroup, rng: np.random.Generator, stats: ExchangeStats
+    ) -> PeerGroup:
+        """Hook on each planned group before the receiver scores it and before its
+        advantages are computed (from `group.rewards`); return it, or a changed copy
+        (`dataclasses.replace`: other texts with their generation log-probs and finish
+        reasons, other rewards). Default: the source's group unchanged."""
+        return group
+
+    def rank_groups(
+        self, receiver: str, groups: list[PeerGroup], stats: ExchangeStats
+    ) -> list[PeerGroup]:
+        """Hook between scoring and weighting: the receiver's groups that move, each with its
+        `scores` s [n] filled. Return a sub-list (any order; each group at most once).
+        Default: all of them."""
         return groups
 
-    def _admission_units(self, items: Sequence[tuple[str, int]]) -> list[list[int]]:
-        """Rows of `items` that share one admission draw: each transferred group
-        (admission_match='group'), or every group of one direction this step ('direction',
-        App. F: the random control matches the floor's count "separately in each direction").
-        Only random admission draws; the other weights are per response either way."""
-        if self.config.admission_match == "group":
-            return [[j] for j in range(len(items))]
-        by_source: dict[str, list[int]] = {}
-        for j, (source, _) in enumerate(items):
-            by_source.setdefault(source, []).append(j)
-        return list(by_source.values())
-
-    def _logliks(
-        self, source: AgentRollouts, p: int, scored: list[ScoredText]
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Normalised log-likelihoods (receiver's re-scoring, source's generation) of a group."""
-        mode = self.config.compat_norm
-        texts = source.texts[p]
-        receiver_ll = [
-            normalised_loglik(s.logprobs, t, mode) for s, t in zip(scored, texts, strict=True)
-        ]
-        source_ll = [
-            normalised_loglik(lp, t, mode) for lp, t in zip(source.logprobs[p], texts, strict=True)
-        ]
-        return np.array(receiver_ll), np.array(source_ll)
-
-    def _weights(
+    def weigh(
         self, scores: np.ndarray, rewards: np.ndarray, rng: np.random.Generator
     ) -> np.ndarray:
-        """Weights w [G, n] of the G groups of one admission unit (`_admission_units`),
-        from their compatibility scores s [G, n]."""
+        """Weighting step (§4): weights w [G, n] of the G groups of one admission unit (every
+        group of one direction, or each group: `admission_match`) from their scores s [G, n]
+        and rewards [G, n]: 1[s > delta] min(s, 1), or `compat` / `admission` /
+        `success_only`'s variant."""
         cfg = self.config
         if not cfg.compat:
             weights = np.ones(rewards.shape)
@@ -357,34 +299,91 @@ class GraftExchange(ExchangeStrategy):
             weights = np.where(rewards > 0, weights, 0.0)
         return weights
 
-    def _group(
-        self,
-        receiver: AgentRollouts,
-        source: AgentRollouts,
-        p: int,
-        scored: list[ScoredText],
-        weights: np.ndarray,
-    ) -> TransferredGroup:
-        """One transferred group: the source's whole group with its advantages and `weights`."""
+    def group_advantages(self, rewards: np.ndarray) -> np.ndarray:
+        """Eq.1 advantages [n] of one group's rewards [n], with this config's eps, scale and
+        ddof: what a transferred group whose rewards a hook changed gets."""
         cfg = self.config
-        group = TransferredGroup(
+        return group_advantages(
+            np.asarray(rewards, dtype=np.float64)[None, :],
+            eps=cfg.adv_eps,
+            scale=cfg.adv_scale,
+            ddof=cfg.adv_ddof,
+        )[0]
+
+    # --- §3-§4: what moves and how much it counts -------------------------------------------
+
+    def _transfer(
+        self,
+        receiver: str,
+        plan: Mapping[Direction, np.ndarray],
+        rollouts: Mapping[str, AgentRollouts],
+        scorer: Scorer,
+        rng: np.random.Generator,
+        stats: ExchangeStats,
+    ) -> list[TransferredGroup]:
+        planned = [
+            self.peer_group(PeerGroup.of(rollouts[source], receiver, int(p)), rng, stats)
+            for (source, recv), prompts in plan.items()
+            if recv == receiver
+            for p in prompts
+        ]
+        groups = self._checked_ranking(
+            self.rank_groups(
+                receiver,
+                scored_groups(receiver, planned, scorer, self.config.n, self.config.compat_norm),
+                stats,
+            )
+        )
+        n = self.config.n
+        rewards = np.array([g.rewards for g in groups], dtype=np.float64).reshape(-1, n)
+        scores = np.array([g.scores for g in groups], dtype=np.float64).reshape(-1, n)
+        weights = np.zeros((len(groups), n))
+        for unit in admission_units([g.source for g in groups], self.config.admission_match):
+            weights[unit] = self.weigh(scores[unit], rewards[unit], rng)
+        transferred = []
+        for j, group in enumerate(groups):
+            removed_failures = np.count_nonzero(rewards[j] <= 0) if self.config.success_only else 0
+            stats.direction(group.source, receiver).record(
+                scores[j], weights[j], int(removed_failures)
+            )
+            transferred.append(
+                self._group(rollouts[receiver], rollouts[group.source], group, weights[j])
+            )
+        for (source, recv), direction in stats.directions.items():
+            if recv == receiver:
+                direction.selected_prompts = [g.prompt_index for g in groups if g.source == source]
+        return transferred
+
+    def _checked_ranking(self, groups: list[PeerGroup]) -> list[PeerGroup]:
+        keys = [group.key for group in groups]
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"strategy {self.name!r}: rank_groups returned a group twice: {keys}")
+        return groups
+
+    def _group(
+        self, receiver: AgentRollouts, source: AgentRollouts, group: PeerGroup, weights: np.ndarray
+    ) -> TransferredGroup:
+        """One transferred group: the group's responses with their advantages and `weights`.
+        Advantages are the source's own (§3) unless a hook changed the rewards (then Eq.1 over
+        the new rewards); pooled runs take the source half of the 2n pooled advantages."""
+        cfg, p = self.config, group.prompt_index
+        if cfg.pooled:
+            advantages = self._pooled_advantages(receiver.rewards[p], group.rewards)[cfg.n :]
+        elif np.array_equal(group.rewards, source.rewards[p]):
+            advantages = filled_advantages(source)[p].copy()
+        else:
+            advantages = self.group_advantages(group.rewards)
+        return TransferredGroup(
             prompt_index=p,
-            source=source.agent,
+            source=group.source,
             response_indices=np.arange(cfg.n),
-            texts=list(source.texts[p]),
-            advantages=filled_advantages(source)[p].copy(),
+            texts=list(group.texts),
+            advantages=advantages,
             weights=weights.copy(),
-            scored=scored,
+            scored=list(group.scored),
             clip=cfg.peer_clip,
         )
-        if cfg.pooled:
-            group.advantages = self._pooled_advantages(receiver, source, p)[cfg.n :]
-        return group
 
-    def _pooled_advantages(
-        self, receiver: AgentRollouts, source: AgentRollouts, p: int
-    ) -> np.ndarray:
-        """Advantages over the 2n pooled rewards of prompt p: receiver's group, then source's."""
-        rewards = np.concatenate([receiver.rewards[p], source.rewards[p]])[None, :]
-        cfg = self.config
-        return group_advantages(rewards, eps=cfg.adv_eps, scale=cfg.adv_scale, ddof=cfg.adv_ddof)[0]
+    def _pooled_advantages(self, own_rewards: np.ndarray, peer_rewards: np.ndarray) -> np.ndarray:
+        """Advantages over the 2n pooled rewards of one prompt: receiver's group, then source's."""
+        return self.group_advantages(np.concatenate([own_rewards, peer_rewards]))

@@ -160,7 +160,8 @@ class HacpoExchange(ExchangeStrategy):
             )
             history.append(float(np.mean(agent_rollouts.rewards > 0)))
         stats = ExchangeStats(strategy=self.name)
-        stats.extra = {f"hacpo/capability/{a}": p for a, p in self.capabilities().items()}
+        for agent, capability in self.capabilities().items():
+            stats.count(f"capability/{agent}", capability)
         transfers = {
             receiver: self._transfer(receiver, rollouts, scorer, stats) for receiver in receivers
         }

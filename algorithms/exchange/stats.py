@@ -68,6 +68,21 @@ class ExchangeStats:
             self.directions[key] = DirectionStats(source=source, receiver=receiver)
         return self.directions[key]
 
+    def count(
+        self, name: str, value: float = 1.0, source: str | None = None, receiver: str | None = None
+    ) -> None:
+        """Add `value` to a strategy's own counter `name` (a metric in `summary()`, summed over
+        the calls of one step): `<strategy>/<name>`, or with a direction
+        `exchange/<source>-><receiver>/<strategy>/<name>`. Keys are built here, never by hand."""
+        if not name or name.startswith("/") or name.endswith("/"):
+            raise ValueError(f"counter name {name!r}: need a non-empty name like 'kept/top'")
+        if (source is None) != (receiver is None):
+            raise ValueError(f"counter {name!r}: give both source and receiver, or neither")
+        key = f"{self.strategy}/{name}"
+        if source is not None:
+            key = f"exchange/{source}->{receiver}/{key}"
+        self.extra[key] = self.extra.get(key, 0.0) + float(value)
+
     def summary(self) -> dict[str, float]:
         """Flat metrics: counts per direction, mean s and w of admitted responses, extras."""
         metrics: dict[str, float] = dict(self.extra)

@@ -54,6 +54,7 @@ from algorithms.training.eval_settings import ProceduralOptions
 from algorithms.training.periodic_eval import EvalSpec
 from algorithms.training.wandb_sink import WandbSpec
 from graft_env.schema import OptionError, check_options
+from graft_env.suggest import did_you_mean
 
 if TYPE_CHECKING:
     from algorithms.config import AlgorithmConfig
@@ -333,10 +334,16 @@ def _check_algorithm(name: str, options: Mapping[str, Any]) -> AlgorithmConfig:
     AlgorithmConfig.validate, no torch); a bad option is `algorithm_options.<key>: ...`."""
     import algorithms
 
-    if name not in algorithms.available():
+    known = algorithms.available()
+    if ":" not in name and name not in known:
         raise ConfigError(
-            f"algorithm: unknown algorithm {name!r}; valid: {', '.join(algorithms.available())}"
+            f"algorithm: unknown algorithm {name!r}{did_you_mean(name, known)}; "
+            f"valid: {', '.join(known)}"
         )
+    try:
+        algorithms.preset(name)  # a `module:Name` reference imports its module here
+    except ValueError as error:
+        raise ConfigError(f"algorithm: {error}") from None
     where = "algorithm_options"
     try:
         check_options(_algorithm_options_class(), options, where)

@@ -124,7 +124,11 @@ def test_every_field_is_documented_and_the_config_is_frozen() -> None:
 
 def test_unknown_names_and_options_list_what_is_valid() -> None:
     with pytest.raises(
-        ValueError, match=r"unknown algorithm 'grpoo'; available: \[.*'graft'.*'grpo'"
+        ValueError,
+        match=(
+            r"unknown algorithm 'grpoo'; did you mean 'grpo' or 'grpo-kl'\?; "
+            r"available: \[.*'graft'.*'grpo'"
+        ),
     ):
         algorithms.make("grpoo")
     with pytest.raises(ValueError, match=r"unknown option\(s\) \['detla'\].*'delta'"):
@@ -194,8 +198,13 @@ def test_bad_values_name_the_field_and_what_it_accepts(overrides, message) -> No
             {"dynamic_sampling": True},
             r"dynamic_sampling: True must be False with exchange=",
         ),
-        ("grpo", {"pooled": True}, r"pooled: True must be False unless exchange='graft'"),
-        ("sgt", {"delta": 0.5}, r"delta: 0.5 must be 0.8 unless exchange='graft'"),
+        # GRAFT's options are read by its variants too (graft-shuffled, graft-twin)
+        (
+            "grpo",
+            {"pooled": True},
+            r"pooled: True must be False unless exchange is one of 'graft',",
+        ),
+        ("sgt", {"delta": 0.5}, r"delta: 0.5 must be 0.8 unless exchange is one of 'graft',"),
         ("graft", {"sgt_coef": 0.5}, r"sgt_coef: 0.5 must be 0.1 unless exchange='sgt'"),
         (
             "grpo",

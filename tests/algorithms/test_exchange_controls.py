@@ -27,7 +27,12 @@ rewards_lists = st.lists(st.sampled_from([0.0, 1.0, 0.5]), min_size=1, max_size=
 
 
 @settings(max_examples=200, deadline=None)
-@given(rewards_lists, st.integers(0, 2**32 - 1), st.integers(0, 3), st.integers(0, 40))
+@given(
+    rewards_lists,
+    st.integers(0, 2**32 - 1),
+    st.sampled_from(["A", "B", "gap-d30-a"]),
+    st.integers(0, 40),
+)
 def test_permutation_keeps_each_groups_reward_multiset(values, seed, receiver, prompt):
     rewards = np.array(values)
     root = np.random.SeedSequence(seed)
@@ -41,7 +46,7 @@ def test_permutation_seeds_differ_by_receiver_and_prompt_and_leave_the_root_unsp
     root = np.random.SeedSequence([7, 3, 2**31 - 1])
     before = np.random.default_rng(root).random(4)
     states = {
-        tuple(permutation_seed(root, r, p).generate_state(2)) for r in range(2) for p in range(3)
+        tuple(permutation_seed(root, r, p).generate_state(2)) for r in ("A", "B") for p in range(3)
     }
     assert len(states) == 6
     np.testing.assert_array_equal(np.random.default_rng(root).random(4), before)
@@ -61,7 +66,12 @@ def test_shuffled_peer_is_graft_with_permuted_rewards():
             assert group.texts == same.texts  # the peer's traces move unchanged
             # the advantages are those of a permutation of the group's rewards
             assert sorted(group.advantages) == pytest.approx(sorted(same.advantages))
-    moved = [stats.extra[f"shuffled/{r}/rewards_moved"] for r in transfers]
+    moved = [
+        stats.extra.get(f"exchange/{s}->{r}/graft-shuffled/rewards_moved", 0.0)
+        for r in transfers
+        for s in transfers
+        if s != r
+    ]
     assert sum(moved) > 0  # some labels moved (seed 3; a permutation may also keep them)
 
 
@@ -77,16 +87,17 @@ def test_shuffled_peer_draws_nothing_from_the_step_stream():
     np.testing.assert_array_equal(*rngs)
 
 
-def test_with_groups_recomputes_advantages_only_where_it_changes_a_group():
+def test_with_groups_recomputes_advantages_only_where_it_replaces_a_group():
     own = make_rollouts("A", [0, 2, 0])
     own.advantages = group_advantages(own.rewards)
     other = make_rollouts("A", [1, 3])
-    view = with_groups(own, {2: (other, 1)}, {0: np.array([0.0, 1.0, 0.0, 0.0])}, {})
+    view = with_groups(own, {2: (other, 1)}, lambda r: group_advantages(r[None, :])[0])
     np.testing.assert_array_equal(view.rewards[2], other.rewards[1])
     assert view.texts[2] == other.texts[1] and view.texts[1] == own.texts[1]
-    np.testing.assert_allclose(view.advantages[1], own.advantages[1])
-    np.testing.assert_allclose(view.advantages[[0, 2]], group_advantages(view.rewards[[0, 2]]))
-    assert own.rewards[0].sum() == 0  # the input is not changed
+    assert view.logprobs[2] is other.logprobs[1]
+    np.testing.assert_allclose(view.advantages[[0, 1]], own.advantages[[0, 1]])
+    np.testing.assert_allclose(view.advantages[2], group_advantages(other.rewards[[1]])[0])
+    assert own.rewards[2].sum() == 0  # the input is not changed
 
 
 class ScriptedResample:
@@ -148,8 +159,9 @@ def test_twin_fills_graft_gated_prompts_from_the_receiver_itself():
         assert sorted(g.prompt_index for g in groups) == filled
         assert all(g.source == receiver + TWIN_SUFFIX for g in groups)
         assert all(g.texts[0].startswith(f"{receiver} ") for g in groups)  # its own traces
-        assert stats.extra[f"twin/{receiver}/gated_prompts"] == len(gated)
-        assert stats.extra[f"twin/{receiver}/filled_prompts"] == len(filled)
+        prefix = f"exchange/{receiver}{TWIN_SUFFIX}->{receiver}/graft-twin"
+        assert stats.extra[f"{prefix}/gated_prompts"] == len(gated)
+        assert stats.extra[f"{prefix}/filled_prompts"] == len(filled)
         peer = next(s for s in PAIR if s != receiver)
         assert stats.directions[(peer, receiver)].selected_prompts == []
         assert stats.directions[(peer, receiver)].transferred == 0

@@ -59,8 +59,9 @@ def metrics_rows(cell) -> list[dict]:
             row = {"step": step, "agent": agent, f"exchange/{peer}->{agent}/prompts": 2.0}
             if cell.label == TWIN:
                 row[f"exchange/{peer}->{agent}/prompts"] = 0.0
-                row |= {f"twin/{agent}/gated_prompts": 2.0, f"twin/{agent}/filled_prompts": 1.0}
-                row[f"twin/{agent}/resampled_responses"] = 24.0
+                prefix = f"exchange/{agent}~twin->{agent}/graft-twin"
+                row |= {f"{prefix}/gated_prompts": 2.0, f"{prefix}/filled_prompts": 1.0}
+                row[f"{prefix}/resampled_responses"] = 24.0
             rows.append(row)
     return rows
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from algorithms.exchange.controls import TWIN_SUFFIX
 from benchmarks.study.controls.design import GRAFT, GRPO, SHUFFLED, TWIN, build_of
 from benchmarks.study.gap.cells import Study
 from benchmarks.study.gap.contrasts import gap_score
@@ -24,10 +25,11 @@ def receiver_means(rows: Sequence[Mapping[str, Any]], label: str, receiver: str,
     if not mine:
         return None
     if label == TWIN:
+        prefix = f"exchange/{receiver}{TWIN_SUFFIX}->{receiver}/graft-twin"
         keys = {
-            "moved": f"twin/{receiver}/filled_prompts",
-            "gated": f"twin/{receiver}/gated_prompts",
-            "resampled": f"twin/{receiver}/resampled_responses",
+            "moved": f"{prefix}/filled_prompts",
+            "gated": f"{prefix}/gated_prompts",
+            "resampled": f"{prefix}/resampled_responses",
         }
     else:
         keys = {"moved": f"exchange/{peer}->{receiver}/prompts"}

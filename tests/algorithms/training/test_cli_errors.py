@@ -57,7 +57,10 @@ def _one_error_line(capsys, command: str) -> str:
         (["seed=-1"], "seed: -1 must be >= 0"),
         (["agents.0.options.lr=-1"], "agents.0.options.lr: -1 must be >= 0"),
         (["env.dataset=math5000"], "env.dataset: unknown dataset 'math5000'; valid: "),
-        (["algorithm=grpoo"], "algorithm: unknown algorithm 'grpoo'; valid: "),
+        (
+            ["algorithm=grpoo"],
+            "algorithm: unknown algorithm 'grpoo'; did you mean 'grpo' or 'grpo-kl'?; valid: ",
+        ),
         (["env.batch_size=[4"], "--set env.batch_size: YAML syntax error: "),
     ],
 )

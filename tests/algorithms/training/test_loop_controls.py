@@ -38,12 +38,10 @@ def test_twin_peer_fills_the_gated_prompts_from_the_receiver(tmp_path, fresh_pol
             peer = next(a for a in AGENTS if a != receiver)
             groups = record.transfers[receiver]
             assert {g.source for g in groups} <= {receiver + TWIN_SUFFIX}
-            filled, asked = (
-                extra[f"twin/{receiver}/filled_prompts"],
-                extra[f"twin/{receiver}/gated_prompts"],
-            )
+            prefix = f"exchange/{receiver}{TWIN_SUFFIX}->{receiver}/graft-twin"
+            filled, asked = extra[f"{prefix}/filled_prompts"], extra[f"{prefix}/gated_prompts"]
             assert len(groups) == filled <= asked
-            assert extra[f"twin/{receiver}/rounds"] <= TWIN_MAX_ROUNDS
+            assert extra[f"{prefix}/rounds"] <= TWIN_MAX_ROUNDS
             assert record.exchange_stats.directions[(peer, receiver)].transferred == 0
             own = record.rollouts[receiver]
             for group in groups:  # an informative group of the receiver's own, on its prompt
@@ -51,18 +49,19 @@ def test_twin_peer_fills_the_gated_prompts_from_the_receiver(tmp_path, fresh_pol
                 assert 0 < np.count_nonzero(group.advantages > 0) < len(group.advantages)
             gated += asked
     assert gated > 0, "no prompt was gated in two steps: the test exercised no resampling"
-    assert any(f"twin/{a}/resampled_responses" in rows[0] for a in AGENTS)
+    assert (
+        f"exchange/{rows[0]['agent']}{TWIN_SUFFIX}->{rows[0]['agent']}/graft-twin/rounds" in rows[0]
+    )
 
 
 def test_twin_peer_resampling_is_reproducible(tmp_path, fresh_policies):
     first, _ = train(tmp_path / "one", fresh_policies, "graft-twin")
     second, _ = train(tmp_path / "two", fresh_policies, "graft-twin")
-    keys = [k for k in first[0] if k.startswith("twin/")]
 
     def twin(rows):
-        return [[row[k] for k in keys] for row in rows]
+        return [{k: v for k, v in row.items() if "/graft-twin/" in k} for row in rows]
 
-    assert keys and twin(first) == twin(second)
+    assert all(twin(first)) and twin(first) == twin(second)
 
 
 def test_shuffled_peer_moves_graft_groups_with_permuted_rewards(tmp_path, fresh_policies):
