@@ -35,6 +35,7 @@ import yaml
 import algorithms
 from algorithms.algorithm import Algorithm, BatchCounts
 from algorithms.exchange import ExchangeResult
+from algorithms.exchange.resample import ResamplingScorer, loop_resampler
 from algorithms.library.source import Lookup
 from algorithms.rollouts import (
     generated_rollouts,
@@ -313,7 +314,19 @@ class Trainer:
         """Exchange: advantages, the strategy's transfers and every live agent's batch."""
         rng, live = step_rng(self.config.seed, t), list(self.policies)
         self.algorithm.compute_advantages(rollouts)
-        exchanged = self.algorithm.exchange(rollouts, live, self._scorer(rollouts, timings), rng)
+        cfg = self.config
+        resample = loop_resampler(
+            self.policies,
+            self.env,
+            self._sampling,
+            rollouts,
+            seed=cfg.seed,
+            batch_size=cfg.env.batch_size,
+            n=self.algorithm.config.n,
+            step=t,
+        )
+        scorer = ResamplingScorer(self._scorer(rollouts, timings), resample)
+        exchanged = self.algorithm.exchange(rollouts, live, scorer, rng)
         batches, counts = self.algorithm.build_batches(rollouts, exchanged.transfers, live, rng)
         return exchanged, batches, counts
 
