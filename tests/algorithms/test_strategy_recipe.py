@@ -12,6 +12,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -48,8 +49,10 @@ def recipe() -> tuple[dict[str, str], list[str]]:
     return files, commands
 
 
-def copy_of_repository(target: Path) -> None:
-    """The working tree's files (tracked and untracked, not ignored), committed in a new repo."""
+def copy_of_repository(target: Path, without: Iterable[str] = ()) -> None:
+    """The working tree's files (tracked and untracked, not ignored), less `without` (the
+    recipe's files, where a checkout already has them: the trial itself), committed in a new
+    repo."""
     listed = (
         subprocess.run(
             ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
@@ -60,7 +63,7 @@ def copy_of_repository(target: Path) -> None:
         .stdout.decode()
         .split("\0")
     )
-    for name in filter(None, listed):
+    for name in set(filter(None, listed)) - set(without):
         source = REPO / name
         if source.is_file():
             (target / name).parent.mkdir(parents=True, exist_ok=True)
@@ -79,7 +82,7 @@ def test_the_recipe_adds_a_strategy_with_one_file_and_its_test(tmp_path):
     assert len(commands) == 2 and all(c.startswith("python -m pytest ") for c in commands)
     assert all(path in commands[0].split() for path in REQUIRED), commands[0]
     copy = tmp_path / "repo"
-    copy_of_repository(copy)
+    copy_of_repository(copy, without=files)
     for path, text in files.items():
         assert not (copy / path).exists(), path
         (copy / path).write_text(text, encoding="utf-8")
