@@ -52,6 +52,12 @@ _STRATEGY_CHECKS: dict[str, StrategyCheck] = {}
 """Strategy name -> its rules on a config (`ExchangeStrategy.check_options`)."""
 
 
+OBJECTIVE_OPTIONS: dict[str, tuple[str, ...]] = {"nll": ("sgt_coef",)}
+"""Strategy options the loss reads for a `peer_objective` (`Algorithm.loss`: 'nll' scales its
+term by SGT's `sgt_coef`): every strategy allowing that objective reads them too
+(`ExchangeStrategy.options_in_use`), so they may be set and are hashed with it."""
+
+
 @dataclass(frozen=True)
 class AlgorithmConfig:
     """Options of one learning rule. Defaults are GRPO as used in the paper (GRAFT-SPEC §6).

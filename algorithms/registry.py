@@ -10,10 +10,12 @@ the `Algorithm`. The options are AlgorithmConfig's and every registered strategy
 `exchange` names it or a strategy built on it (`ExchangeStrategy.check_options`).
 
 A name may be a reference `module.path:Name` (Gymnasium's form): the module is imported
-first (it registers what it defines), then Name is a registered algorithm, or a registered
-exchange strategy class of that module (its algorithm is the entry of the strategy's name,
-else the shared defaults with `exchange` set to it). Strategies of installed packages come
-in through the `graft.strategies` entry points (`algorithms.exchange.plugins`).
+first (it registers what it defines), then Name is an algorithm registered from that module
+(or a submodule of it), or a registered exchange strategy class defined there (its algorithm
+is the entry of the strategy's name, else the shared defaults with `exchange` set to it); a
+name defined elsewhere is an error, so `os:graft` never runs the built-in GRAFT. Strategies
+of installed packages come in through the `graft.strategies` entry points
+(`algorithms.exchange.plugins`).
 
 The entries are registered by importing `algorithms.presets` (which imports the strategies,
 and they may register entries here): `algorithms.make` / `algorithms.available` do.
@@ -48,6 +50,18 @@ def register(name: str) -> Callable[[Preset], Preset]:
     return add
 
 
+def registered_from(name: str) -> str:
+    """The module that registered algorithm `name` (its preset function's module)."""
+    if name not in _PRESETS:
+        raise ValueError(f"unknown algorithm {name!r}{did_you_mean(name, _PRESETS)}")
+    return getattr(_PRESETS[name], "__module__", None) or "?"
+
+
+def _within(module: str, package: str) -> bool:
+    """Whether `module` is `package` or one of its submodules."""
+    return module == package or module.startswith(f"{package}.")
+
+
 def available() -> list[str]:
     """Names of all registered algorithms, sorted."""
     return sorted(_PRESETS)
@@ -60,6 +74,11 @@ def preset(name: str) -> AlgorithmConfig:
     elif ":" in name:
         config = _referenced(name)
     else:
+        from algorithms.exchange.plugins import failed_entry_point  # imported with the entries
+
+        problem = failed_entry_point(name)
+        if problem is not None:
+            raise ValueError(f"algorithm {name!r}: {problem}")
         raise ValueError(
             f"unknown algorithm {name!r}{did_you_mean(name, _PRESETS)}; available: {available()}"
         )
@@ -80,11 +99,16 @@ def _referenced(reference: str) -> AlgorithmConfig:
             f"algorithm {reference!r}: cannot import {module_name!r} ({error}); is it on "
             "PYTHONPATH or installed?"
         ) from None
-    if name in _PRESETS:
-        return _PRESETS[name]()
     found = getattr(module, name, None)
     strategy = vars(found).get("name") if isinstance(found, type) else None  # set on registering
-    if strategy is not None and strategy in strategy_names():
+    origin = registered_from(name) if name in _PRESETS else getattr(found, "__module__", None)
+    if (name in _PRESETS or strategy in strategy_names()) and not _within(origin, module_name):
+        raise ValueError(
+            f"algorithm {reference!r}: {name!r} is defined by {origin!r}, not by {module_name!r}"
+        )
+    if name in _PRESETS:
+        return _PRESETS[name]()
+    if strategy in strategy_names():
         return _PRESETS[strategy]() if strategy in _PRESETS else AlgorithmConfig(exchange=strategy)
     known = [*_PRESETS, *(n for n, v in vars(module).items() if isinstance(v, type))]
     raise ValueError(

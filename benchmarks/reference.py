@@ -1,8 +1,9 @@
 """The generated reference text: the registry table and the configuration reference.
 
 Both are built from the code they describe, so neither can drift from it: the registry table
-from `algorithms.available()` and each entry's preset (its exchange strategy and the options
-it sets away from `grpo`; each strategy's class docstring), the configuration reference from
+from the shipped entries (those `algorithms.presets` registers: `shipped_entries`) and each
+entry's preset (its exchange strategy and the options it sets away from `grpo`; each
+strategy's class docstring), the configuration reference from
 the run-config and grid-file schemas through `schema_lines`, the function `graft config
 show` prints. README.md's registry block is rewritten by `python -m benchmarks.reference`
 (and checked by tests/test_readme.py); the docs site's configuration page is filled in by
@@ -18,16 +19,26 @@ from pathlib import Path
 
 import algorithms
 from algorithms.exchange import make_strategy
+from algorithms.registry import registered_from
 from algorithms.storage.yaml_schema import schema_lines
 
 BEGIN, END = "<!-- registry: built by `python -m benchmarks.reference` -->", "<!-- /registry -->"
+SHIPPED = "algorithms.presets"
+
+
+def shipped_entries() -> list[str]:
+    """The entries `algorithms.presets` registers, sorted: the table's rows. Entries that a
+    strategy module, a `module:Name` reference or an installed plugin registers are listed by
+    `algorithms.available()` and `graft config show`, not here, so adding one needs no
+    README edit."""
+    return [name for name in algorithms.available() if registered_from(name) == SHIPPED]
 
 
 def registry_rows() -> list[tuple[str, str, str]]:
-    """(entry, exchange strategy, options set away from `grpo`) per registered entry."""
+    """(entry, exchange strategy, options set away from `grpo`) per shipped entry."""
     base = algorithms.preset("grpo")
     rows = []
-    for name in algorithms.available():
+    for name in shipped_entries():
         config = algorithms.preset(name)
         changed = [
             f"`{field.name}={_value(getattr(config, field.name))}`"
@@ -40,9 +51,9 @@ def registry_rows() -> list[tuple[str, str, str]]:
 
 
 def strategy_rows() -> list[tuple[str, str]]:
-    """(strategy, the first line of its class docstring) per strategy an entry uses."""
+    """(strategy, the first line of its class docstring) per strategy a shipped entry uses."""
     rows = {}
-    for name in algorithms.available():
+    for name in shipped_entries():
         strategy = make_strategy(algorithms.configure(name))
         summary = (type(strategy).__doc__ or "").strip().split("\n", 1)[0]
         rows.setdefault(algorithms.preset(name).exchange, summary)

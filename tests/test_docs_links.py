@@ -68,3 +68,13 @@ def test_every_linked_code_name_is_defined_where_the_link_points(doc: str) -> No
         assert name.group(1) in defined, (doc, text)
         checked += 1
     assert checked > 10, doc
+
+
+# The paper's sections algorithm.md cites (§4.1 balanced exchange, §4.2 peer-last order, §6
+# the baselines and variants); its own headings are "section N", never §N.
+PAPER_SECTIONS = {"§4.1", "§4.2", "§6"}
+
+
+def test_every_section_sign_in_the_algorithm_page_is_the_paper_s():
+    text = (REPO / "docs" / "algorithm.md").read_text(encoding="utf-8")
+    assert set(re.findall(r"§\d+(?:\.\d+)?", text)) <= PAPER_SECTIONS

@@ -41,7 +41,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from algorithms.config import AlgorithmConfig, add_strategy, strategy_options
+from algorithms.config import OBJECTIVE_OPTIONS, AlgorithmConfig, add_strategy, strategy_options
 from algorithms.exchange.stats import ExchangeStats
 from graft_env.schema import require
 from graft_env.suggest import did_you_mean
@@ -91,7 +91,7 @@ class ExchangeStrategy:
                 f"False with exchange={self.name!r}: it would drop the all-fail groups an "
                 "exchange fills",
             )
-        read = self.option_names()
+        read = self.options_in_use()
         for options in strategy_options().values():
             for spec in dataclasses.fields(options):
                 value = getattr(cfg, spec.name)
@@ -115,6 +115,11 @@ class ExchangeStrategy:
     def option_names(cls) -> frozenset[str]:
         """Names of the strategy options this strategy reads (`option_classes`' fields)."""
         return frozenset(f.name for o in cls.option_classes() for f in dataclasses.fields(o))
+
+    def options_in_use(self) -> frozenset[str]:
+        """The strategy options a run of this config reads: its classes' (`option_names`) and
+        those the loss reads for its `peer_objective` (`OBJECTIVE_OPTIONS`)."""
+        return self.option_names() | set(OBJECTIVE_OPTIONS.get(self.config.peer_objective, ()))
 
     @property
     def replaces_own_groups(self) -> bool:
@@ -216,17 +221,20 @@ def rebuild_config(values: Mapping[str, Any]) -> AlgorithmConfig:
 def _readers(option: str) -> str:
     """'unless exchange=...' naming every registered strategy that reads `option`."""
     names = [name for name, cls in _STRATEGIES.items() if option in cls.option_names()]
+    objectives = [repr(o) for o, read in OBJECTIVE_OPTIONS.items() if option in read]
+    also = f" or peer_objective={' or '.join(objectives)}" if objectives else ""
     if len(names) == 1:
-        return f"unless exchange={names[0]!r}"
-    return "unless exchange is one of " + ", ".join(repr(name) for name in names)
+        return f"unless exchange={names[0]!r}{also}"
+    return "unless exchange is one of " + ", ".join(repr(name) for name in names) + also
 
 
 def options_read(config: AlgorithmConfig) -> dict[str, Any]:
     """The options a run of `config` reads: every shared AlgorithmConfig option and those of
-    the strategy `config.exchange` names (its own and inherited), by name. Options of other
-    strategies are left out: they are held at their defaults (`check_options`), so adding a
-    strategy or an option elsewhere does not change this (compare cells hash it)."""
-    read = make_strategy(config).option_names()
+    the strategy `config.exchange` names (its own and inherited, and what the loss reads for
+    its peer objective: `options_in_use`), by name. Options of other strategies are left out:
+    they are held at their defaults (`check_options`), so adding a strategy or an option
+    elsewhere does not change this (compare cells hash it)."""
+    read = make_strategy(config).options_in_use()
     return {
         spec.name: getattr(config, spec.name)
         for spec in dataclasses.fields(config)

@@ -49,7 +49,7 @@ from algorithms.exchange.base import (
     filled_advantages,
     register_strategy,
 )
-from algorithms.exchange.graft_steps import admission_units, gate_plan, scored_groups
+from algorithms.exchange.graft_steps import admission_units, check_groups, gate_plan, scored_groups
 from algorithms.exchange.peer_group import PeerGroup
 from algorithms.exchange.stats import ExchangeStats
 from graft_env.schema import Flag, Fraction, require
@@ -224,19 +224,15 @@ class GraftExchange(ExchangeStrategy):
         advantages = filled_advantages(rollouts[receiver]).copy()
         if not self.config.pooled:
             return advantages
-        pooled_prompts: set[int] = set()
-        for group in transfers:
-            if group.prompt_index in pooled_prompts:
-                raise ValueError(
-                    f"receiver {receiver!r} got prompt {group.prompt_index} from two sources; "
-                    "pooling is defined for one source group per prompt"
-                )
-            pooled_prompts.add(group.prompt_index)
-            p = group.prompt_index
-            pooled = self._pooled_advantages(
-                rollouts[receiver].rewards[p], rollouts[group.source].rewards[p]
+        prompts = [group.prompt_index for group in transfers]
+        if len(set(prompts)) != len(prompts):
+            raise ValueError(
+                f"receiver {receiver!r} got a prompt from two sources (prompts {prompts}); "
+                "pooling is defined for one source group per prompt"
             )
-            advantages[group.prompt_index] = pooled[: self.config.n]
+        for group in transfers:
+            own, peer = (rollouts[a].rewards[group.prompt_index] for a in (receiver, group.source))
+            advantages[group.prompt_index] = self._pooled_advantages(own, peer)[: self.config.n]
         return advantages
 
     # --- §2: which prompts ----------------------------------------------------------------
@@ -273,7 +269,8 @@ class GraftExchange(ExchangeStrategy):
         """Hook on each planned group before the receiver scores it and before its
         advantages are computed (from `group.rewards`); return it, or a changed copy
         (`dataclasses.replace`: other texts with their generation log-probs and finish
-        reasons, other rewards). Default: the source's group unchanged."""
+        reasons, other rewards; not with pooled=True, whose 2n pool is the source's own
+        rewards). Default: the source's group unchanged."""
         return group
 
     def rank_groups(
@@ -361,15 +358,9 @@ class GraftExchange(ExchangeStrategy):
             for p in prompts
         ]
         cfg = self.config
+        check_groups(self.name, "plan_prompts (or peer_group)", planned)
         scored = scored_groups(receiver, planned, scorer, cfg.n, cfg.compat_norm)
-        ranked = self.rank_groups(receiver, scored, stats)
-        keys = [group.key for group in ranked]
-        if len(set(keys)) != len(keys) or any(group.scores is None for group in ranked):
-            raise ValueError(
-                f"strategy {self.name!r}: rank_groups must return scored groups, each at most "
-                f"once; got {keys}"
-            )
-        return ranked
+        return check_groups(self.name, "rank_groups", self.rank_groups(receiver, scored, stats))
 
     def _group(
         self, receiver: AgentRollouts, source: AgentRollouts, group: PeerGroup, weights: np.ndarray
@@ -378,9 +369,16 @@ class GraftExchange(ExchangeStrategy):
         Advantages are the source's own (§3) unless a hook changed the rewards (then Eq.1 over
         the new rewards); pooled runs take the source half of the 2n pooled advantages."""
         cfg, p = self.config, group.prompt_index
+        own_rewards = np.array_equal(group.rewards, source.rewards[p])
+        if cfg.pooled and not own_rewards:
+            raise ValueError(
+                f"strategy {self.name!r}: peer_group changed the rewards of prompt {p} from "
+                f"{group.source!r}, but pooled=True pools the receiver's group with the source's "
+                "own rewards (its own_advantages); keep the rewards or set pooled=False"
+            )
         if cfg.pooled:
             advantages = self._pooled_advantages(receiver.rewards[p], group.rewards)[cfg.n :]
-        elif np.array_equal(group.rewards, source.rewards[p]):
+        elif own_rewards:
             advantages = filled_advantages(source)[p].copy()
         else:
             advantages = self.group_advantages(group.rewards)

@@ -1,5 +1,6 @@
 """GRAFT's steps as functions of their inputs: the gate's plan (§2), the receiver's scores
-of a list of peer groups (§4's s), and the groups that share one admission draw."""
+of a list of peer groups (§4's s), the groups that share one admission draw, and the check
+of what a hook returned."""
 
 from __future__ import annotations
 
@@ -102,3 +103,16 @@ def admission_units(sources: Sequence[str], match: str) -> list[list[int]]:
     for j, source in enumerate(sources):
         by_source.setdefault(source, []).append(j)
     return list(by_source.values())
+
+
+def check_groups(strategy: str, hook: str, groups: list[PeerGroup]) -> list[PeerGroup]:
+    """`groups` as a hook left them, refused (naming `hook`) if one (source, prompt) is in
+    them twice, or, once scored (`rank_groups`), if one has no scores."""
+    keys = [group.key for group in groups]
+    scored = hook == "rank_groups"
+    if len(set(keys)) != len(keys) or (scored and any(g.scores is None for g in groups)):
+        what = "scored groups, each" if scored else "each (source, prompt)"
+        raise ValueError(
+            f"strategy {strategy!r}: {hook} must return {what} at most once; got {keys}"
+        )
+    return groups

@@ -35,10 +35,14 @@ from graft_env.types import AgentRollouts, Scorer, TransferredGroup
 
 @dataclass(frozen=True)
 class SgtOptions:
-    """SGT's option (merged into AlgorithmConfig); `Algorithm`'s loss reads it."""
+    """SGT's option (merged into AlgorithmConfig); `Algorithm`'s loss reads it whenever
+    peer_objective='nll', with any strategy (`algorithms.config.OBJECTIVE_OPTIONS`)."""
 
     sgt_coef: NonNegative = field(
-        default=0.1, metadata={"help": "Coefficient of the SGT auxiliary NLL term."}
+        default=0.1,
+        metadata={
+            "help": "Coefficient of the SGT auxiliary NLL term (any peer_objective='nll' run)."
+        },
     )
 
 

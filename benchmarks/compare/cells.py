@@ -20,6 +20,11 @@ hashes, as a run of the grid must; without it (reports, config checks) an unbuil
 hashes as unbuilt, which matches no result trained on a build. `Cell.hash_inputs` is what
 was hashed: diff it to see why a cell went stale. A result records its paths relative to the
 grid's output (`portable_result`).
+
+Package versions and the git commit are not hashed (results record them; the report lists
+each code version): any upgrade or commit would make every cell stale, even one computing the
+same. A rebuilt model changes the weights digest, a changed default `resolved_algorithm`; a
+code change that alters results otherwise keeps the hash: rerun into a new `--out`.
 """
 
 from __future__ import annotations

@@ -1,17 +1,17 @@
 """GRAFT's public hooks (plan_prompts, peer_group, rank_groups, weigh), a variant's inherited
-options and its own counters; the graft-topk worked example of CONTRIBUTING.md runs as written."""
+options and its own counters; the graft-topk worked example of CONTRIBUTING.md runs as written,
+under the names graft-best-k / best_k (the recipe's trial adds graft-topk itself to the package)."""
 
 from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import re
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 from exchange_fixtures import N, TextScorer, make_rollouts
+from worked_example import topk_example
 
 import algorithms
 import algorithms.config as config_module
@@ -19,21 +19,14 @@ from algorithms.exchange import ExchangeStats, register_strategy
 from algorithms.exchange.graft import GraftExchange
 from graft_env.schema import OptionError
 
-CONTRIBUTING = Path(__file__).resolve().parents[2] / "CONTRIBUTING.md"
-
-
-def topk_example() -> str:
-    """The ```python block of CONTRIBUTING's 'Building on GRAFT' section."""
-    text = CONTRIBUTING.read_text(encoding="utf-8")
-    section = text.split("## Building on GRAFT", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)[0]
+EXAMPLE, OPTION = "graft-best-k", "best_k"
 
 
 @pytest.fixture
 def topk(registries, tmp_path, monkeypatch) -> dict:
     """The example imported as the module it is (its options' types resolve in it)."""
     path = tmp_path / "graft_topk_example.py"
-    path.write_text(topk_example(), encoding="utf-8")
+    path.write_text(topk_example(EXAMPLE, OPTION), encoding="utf-8")
     spec = importlib.util.spec_from_file_location("graft_topk_example", path)
     module = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, spec.name, module)
@@ -68,30 +61,30 @@ def _scorer_favouring(prompts: dict[int, float]) -> TextScorer:
 
 def test_graft_topk_keeps_the_k_groups_of_highest_mean_min_s_1_and_counts_the_rest(topk):
     scorer = _scorer_favouring({0: -3.0, 1: -1.0, 2: -2.0, 3: -1.5, 4: -0.5})
-    _, result = exchange("graft-topk", AGENTS, scorer, topk=2, delta=0.0)
+    _, result = exchange(EXAMPLE, AGENTS, scorer, best_k=2, delta=0.0)
     moved = [(g.source, g.prompt_index) for g in result.transfers["A"]]
     assert moved == [("B", 1), ("B", 4)]  # s = 1 and min(e^0.5, 1) = 1 beat e^-0.5, e^-1, e^-2
     summary = result.stats.summary()
-    assert summary["graft-topk/dropped_groups"] == 6.0  # 3 of A's and 3 of B's
+    assert summary[f"{EXAMPLE}/dropped_groups"] == 6.0  # 3 of A's and 3 of B's
     assert result.stats.directions[("B", "A")].selected_prompts == [1, 4]
     assert summary["exchange/B->A/prompts"] == 2.0
     assert summary["exchange/B->A/transferred"] == 2.0 * N
 
 
 def test_a_variant_reads_and_sets_its_base_s_options_and_declares_its_own(topk):
-    config = algorithms.configure("graft-topk", delta=0.0, topk=1)
-    assert (config.delta, config.topk, config.exchange) == (0.0, 1, "graft-topk")
-    assert algorithms.preset("graft-topk-no-floor").delta == 0.0
-    with pytest.raises(OptionError, match=r"topk: 1 must be 4 unless exchange='graft-topk'$"):
-        algorithms.configure("graft", topk=1)
+    config = algorithms.configure(EXAMPLE, delta=0.0, best_k=1)
+    assert (config.delta, config.best_k, config.exchange) == (0.0, 1, EXAMPLE)
+    assert algorithms.preset(f"{EXAMPLE}-no-floor").delta == 0.0
+    with pytest.raises(OptionError, match=rf"best_k: 1 must be 4 unless exchange='{EXAMPLE}'$"):
+        algorithms.configure("graft", best_k=1)
     with pytest.raises(
         OptionError,
-        match=r"delta: 0.5 must be 0.8 unless exchange is one of 'graft', .*'graft-topk'",
-    ):  # every GRAFT variant registered (e.g. graft-shuffled, graft-twin) reads delta too
+        match=rf"delta: 0.5 must be 0.8 unless exchange is one of 'graft', .*'{EXAMPLE}'",
+    ):
         algorithms.configure("sgt", delta=0.5)
     strategy = topk["GraftTopK"]
     assert strategy.option_classes() == (topk["TopKOptions"], GraftExchange.options)
-    assert config_module.strategy_options()["graft-topk"] is topk["TopKOptions"]
+    assert config_module.strategy_options()[EXAMPLE] is topk["TopKOptions"]
 
 
 def test_without_overrides_a_subclass_exchanges_exactly_as_graft(registries):
@@ -160,6 +153,37 @@ def test_a_ranking_that_returns_a_group_twice_is_refused(registries):
         ValueError, match="rank_groups must return scored groups, each at most once"
     ):
         exchange("graft", AGENTS, exchange="test-twice")
+
+
+def test_a_plan_that_moves_a_prompt_twice_names_plan_prompts(registries):
+    class Twice(GraftExchange):
+        def plan_prompts(self, plan, rollouts, rng, stats):
+            return {direction: np.r_[prompts, prompts[:1]] for direction, prompts in plan.items()}
+
+    register_strategy("test-plan-twice")(Twice)
+    with pytest.raises(
+        ValueError, match=r"plan_prompts \(or peer_group\) must return each \(source, prompt\) at"
+    ):
+        exchange("graft", AGENTS, exchange="test-plan-twice")
+
+
+def test_pooling_refuses_a_peer_group_hook_that_changes_the_rewards(registries):
+    """The receiver's half of the 2n pool (own_advantages) is over the source's own rewards:
+    a hook's other rewards in the transferred half would make the two halves disagree."""
+
+    class Relabelled(GraftExchange):
+        def peer_group(self, group, rng, stats):
+            return dataclasses.replace(group, rewards=1.0 - np.asarray(group.rewards))
+
+    register_strategy("test-relabelled")(Relabelled)
+    _, result = exchange("graft", AGENTS, exchange="test-relabelled")  # Eq.1 over the new ones
+    assert result.transfers["A"]
+    with pytest.raises(
+        ValueError,
+        match=r"^strategy 'test-relabelled': peer_group changed the rewards of prompt \d+ from "
+        r"'B', but pooled=True pools",
+    ):
+        exchange("graft", AGENTS, exchange="test-relabelled", pooled=True)
 
 
 def test_counters_build_their_keys_and_add_up():

@@ -10,16 +10,19 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 import algorithms.config as config_module
 import algorithms.presets  # noqa: F401  (the entries, registered before a test copies them)
 import algorithms.registry as registry_module
 from algorithms.exchange import register_strategy
+from algorithms.exchange.base import options_read
 from algorithms.exchange.graft import GraftExchange
 from algorithms.exchange.none import NoExchange
 from benchmarks.compare import rehash
 from benchmarks.compare.cells import out_of, plan_cells, portable_result
 from benchmarks.compare.grid import load_grid
-from graft_env.schema import Fraction
+from graft_env.schema import Fraction, OptionError
 
 REPO = Path(__file__).resolve().parents[2]
 GRIDS = sorted((REPO / "configs" / "grids").glob("*.yaml"))
@@ -74,6 +77,22 @@ def test_the_hash_still_covers_every_option_the_cell_reads(tmp_path, registries)
     graft_cell = next(c for c in before.values() if c.algorithm == "graft")
     read = graft_cell.hash_inputs["train"]["resolved_algorithm"]
     assert read["delta"] == 0.8 and "capability_window" not in read  # HACPO's, not read
+
+
+def test_any_strategy_training_peers_by_nll_reads_may_set_and_hashes_sgt_coef(registries):
+    """The loss scales the 'nll' term by `sgt_coef` whatever the strategy, so a strategy that
+    allows peer_objective='nll' reads it: it may be set there and is in the cell's hash."""
+    register_strategy("test-nll")(type("NllPeers", (NoExchange,), {"peer_objectives": ("nll",)}))
+    config = config_module.AlgorithmConfig(
+        exchange="test-nll", peer_objective="nll", sgt_coef=0.5
+    ).validate()
+    assert options_read(config)["sgt_coef"] == 0.5
+    assert "sgt_coef" not in options_read(config_module.AlgorithmConfig(exchange="graft"))
+    with pytest.raises(
+        OptionError,
+        match=r"sgt_coef: 0\.5 must be 0\.1 unless exchange='sgt' or peer_objective='nll'$",
+    ):
+        config_module.AlgorithmConfig(exchange="graft", sgt_coef=0.5).validate()
 
 
 def test_the_committed_gap_cells_hash_as_the_grids_plan_them_now():

@@ -1,13 +1,15 @@
 """A strategy from outside the repository trains through `graft train`: by `module:Name` on
 PYTHONPATH, and from an installed distribution's `graft.strategies` entry point (a dist-info
 on sys.path, as pip leaves it), which also puts it in `algorithms.available()` and
-`graft config show`. The strategy is CONTRIBUTING's graft-topk example, written elsewhere."""
+`graft config show`; a broken entry point is skipped with one line and named when used; a
+reference names what its module defines. The strategy is CONTRIBUTING's graft-topk example,
+written elsewhere as graft-outside / outside_k (the recipe's trial adds graft-topk itself to
+the package, which these subprocesses import)."""
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -16,6 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 from run_configs import PLANNED_GRID, small_config
+from worked_example import topk_example
 
 from algorithms.training.run_config import config_from_dict
 from benchmarks.compare.cells import plan_cells
@@ -24,10 +27,11 @@ from benchmarks.compare.grid import grid_from_dict
 REPO = Path(__file__).resolve().parents[3]
 
 
+NAME, OPTION = "graft-outside", "outside_k"
+
+
 def example() -> str:
-    text = (REPO / "CONTRIBUTING.md").read_text(encoding="utf-8")
-    section = text.split("## Building on GRAFT", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)[0]
+    return topk_example(NAME, OPTION)
 
 
 def graft(args: list[str], plugins: Path) -> subprocess.CompletedProcess:
@@ -59,17 +63,17 @@ def run_file(tmp_path: Path, algorithm: str, **options: object) -> Path:
 STEPS = [(0, "tiny-a"), (0, "tiny-b"), (1, "tiny-a"), (1, "tiny-b")]
 
 
-@pytest.mark.parametrize("reference", ["topk_outside:GraftTopK", "topk_outside:graft-topk"])
+@pytest.mark.parametrize("reference", ["topk_outside:GraftTopK", f"topk_outside:{NAME}"])
 def test_a_strategy_on_pythonpath_trains_by_module_and_name(reference, tiny_pair_paths, tmp_path):
     plugins = tmp_path / "elsewhere"
     plugins.mkdir()
     (plugins / "topk_outside.py").write_text(example(), encoding="utf-8")
-    config = run_file(tmp_path, reference, topk=1, delta=0.0)
+    config = run_file(tmp_path, reference, outside_k=1, delta=0.0)
     done = graft(["train", "--config", str(config), "--set", "steps=2"], plugins)
     assert done.returncode == 0, done.stderr[-3000:]
     assert trained_steps(tmp_path / "run") == STEPS
     saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
-    assert saved["algorithm"] == reference and saved["algorithm_options"]["topk"] == 1
+    assert saved["algorithm"] == reference and saved["algorithm_options"][OPTION] == 1
 
 
 def test_an_unknown_reference_is_one_line_naming_it(tmp_path):
@@ -84,29 +88,72 @@ def test_an_unknown_reference_is_one_line_naming_it(tmp_path):
 
 
 def test_an_installed_entry_point_is_listed_shown_and_trains(tiny_pair_paths, tmp_path):
-    site = tmp_path / "site"
+    site = installed(tmp_path / "site", example(), f"{NAME} = graft_topk_plugin:GraftTopK")
+    listed = python("import algorithms; print(algorithms.available())", site)
+    assert f"'{NAME}'" in listed.stdout and f"'{NAME}-no-floor'" in listed.stdout
+    shown = graft(["config", "show"], site)
+    assert shown.returncode == 0 and f"algorithm_options.{OPTION} " in shown.stdout
+    config = run_file(tmp_path, NAME, outside_k=1)
+    done = graft(["train", "--config", str(config)], site)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert trained_steps(tmp_path / "run") == STEPS
+
+
+def installed(site: Path, module: str, entry: str) -> Path:
+    """`site` holding module graft_topk_plugin (text `module`) as distribution graft-topk-plugin
+    with the `graft.strategies` entry point `entry`, as pip leaves an installed package."""
     dist = site / "graft_topk_plugin-0.1.dist-info"
     dist.mkdir(parents=True)
-    (site / "graft_topk_plugin.py").write_text(example(), encoding="utf-8")
+    (site / "graft_topk_plugin.py").write_text(module, encoding="utf-8")
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: graft-topk-plugin\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text(
-        "[graft.strategies]\ngraft-topk = graft_topk_plugin:GraftTopK\n"
-    )
-    listed = subprocess.run(
-        [sys.executable, "-c", "import algorithms; print(algorithms.available())"],
+    (dist / "entry_points.txt").write_text(f"[graft.strategies]\n{entry}\n")
+    return site
+
+
+def python(code: str, site: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-W", "always", "-c", code],
         cwd=REPO,
         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(REPO)])},
         capture_output=True,
         text=True,
         timeout=300,
     )
-    assert "'graft-topk'" in listed.stdout and "'graft-topk-no-floor'" in listed.stdout
-    shown = graft(["config", "show"], site)
-    assert shown.returncode == 0 and "algorithm_options.topk " in shown.stdout
-    config = run_file(tmp_path, "graft-topk", topk=1)
-    done = graft(["train", "--config", str(config)], site)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert trained_steps(tmp_path / "run") == STEPS
+
+
+USE = "import algorithms; print(algorithms.available()); algorithms.preset({name!r})"
+
+
+@pytest.mark.parametrize(
+    ("module", "entry", "problem"),
+    [
+        (
+            "raise RuntimeError('no GPU here')\n",
+            "broken = graft_topk_plugin:GraftTopK",
+            "failed to load: RuntimeError: no GPU here",
+        ),
+        (
+            example(),
+            "topk = graft_topk_plugin:GraftTopK",
+            f"registers no strategy named 'topk' (it loads strategy {NAME!r}); name the entry "
+            "point after the strategy it registers",
+        ),
+    ],
+)
+def test_a_broken_entry_point_is_one_warning_and_the_error_where_it_is_used(
+    module, entry, problem, tmp_path
+):
+    name = entry.split(" =")[0]
+    done = python(USE.format(name=name), installed(tmp_path / "site", module, entry))
+    assert "'grpo'" in done.stdout  # every other algorithm is still there
+    named = (
+        f"entry point {name!r} = 'graft_topk_plugin:GraftTopK' of group 'graft.strategies' "
+        f"(distribution graft-topk-plugin) {problem}"
+    )
+    warned = [line for line in done.stderr.splitlines() if "Warning" in line]
+    assert len(warned) == 1 and warned[0].endswith(f"RuntimeWarning: {named}; skipped"), warned
+    assert done.returncode == 1
+    assert done.stderr.rstrip().splitlines()[-1] == f"ValueError: algorithm {name!r}: {named}"
 
 
 @pytest.fixture
@@ -121,18 +168,36 @@ def outside_module(registries, tmp_path, monkeypatch) -> Iterator[str]:
 def test_a_reference_works_in_set_overrides_and_in_a_grid(outside_module, tmp_path):
     base = small_config(tmp_path / "run", "grpo").to_dict()
     config = config_from_dict(
-        base, [f"algorithm={outside_module}:GraftTopK", "algorithm_options.topk=2"]
+        base, [f"algorithm={outside_module}:GraftTopK", f"algorithm_options.{OPTION}=2"]
     )
-    assert (config.algorithm, config.algorithm_options["topk"]) == (
+    assert (config.algorithm, config.algorithm_options[OPTION]) == (
         f"{outside_module}:GraftTopK",
         2,
     )
     grid = {
         **PLANNED_GRID,
         "algorithms": [
-            {"name": f"{outside_module}:graft-topk", "label": "top-k", "options": {"topk": 1}}
+            {"name": f"{outside_module}:{NAME}", "label": "top-k", "options": {OPTION: 1}}
         ],
     }
     cells = plan_cells(grid_from_dict(grid), tmp_path / "out")
     assert [c.cell_id for c in cells] == ["top-k/tiny-a+tiny-b/seed0"]
-    assert cells[0].hash_inputs["train"]["resolved_algorithm"]["topk"] == 1
+    assert cells[0].hash_inputs["train"]["resolved_algorithm"][OPTION] == 1
+
+
+def test_a_reference_names_only_what_its_module_defines(outside_module):
+    import algorithms
+
+    assert algorithms.preset(f"{outside_module}:{NAME}").exchange == NAME
+    for reference, origin in [
+        ("os:graft", "algorithms.presets"),  # not plain GRAFT under another module's name
+        (f"{outside_module}:graft", "algorithms.presets"),  # a typo'd module path
+        ("algorithms.exchange.sgt:GraftExchange", None),  # imported there, defined elsewhere
+    ]:
+        with pytest.raises(ValueError) as error:
+            algorithms.preset(reference)
+        message = str(error.value)
+        assert message.startswith(f"algorithm {reference!r}: ") and "\n" not in message
+        if origin:
+            module = reference.split(":")[0]
+            assert f"'graft' is defined by {origin!r}, not by {module!r}" in message
