@@ -143,7 +143,8 @@ def _group_text(group: Sequence[ShownKey], width: int) -> str:
     cells = [(key.row.key, key.row.type, key.row.default_text) for key in group]
     widths = [max(len(cell[i]) for cell in cells) for i in range(2)]
     wrap = max(width, len(HELP_INDENT) + 20)  # a few words a line on any terminal
-    lines = [title]
+    # a long title (a strategy option read by many GRAFT variants) goes on indented lines
+    lines = textwrap.wrap(title, wrap, subsequent_indent=HELP_INDENT, break_long_words=False)
     for key, (name, kind, default) in zip(group, cells, strict=True):
         forms = (  # the first that fits: both columns aligned, the key's, neither
             f"  {name.ljust(widths[0])}  {kind.ljust(widths[1])}  {default}",

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 
 import pytest
@@ -32,6 +33,13 @@ def readers(option: str) -> list[str]:
 def _title(option: str) -> str:
     owners = ", ".join(repr(name) for name in readers(option))
     return f"algorithm_options (strategy {owners})"
+
+
+def _heading(lines: list[str]) -> str:
+    """A group's title, its wrapped lines (indented, before the first key) joined."""
+    indented = itertools.takewhile(lambda line: line.startswith(" " * 6), lines[1:])
+    rest = [line.strip() for line in indented]
+    return " ".join([lines[0], *rest])
 
 
 def _show(capsys, monkeypatch, *args: str, columns: int = 72) -> str:
@@ -79,7 +87,7 @@ def test_each_option_belongs_to_the_strategy_that_declares_it():
 def test_text_groups_by_section_and_strategy_and_wraps_to_the_terminal(capsys, monkeypatch):
     text = _show(capsys, monkeypatch, columns=72)
     groups = [block.splitlines() for block in text.strip().split("\n\n")]
-    titles = [lines[0] for lines in groups]
+    titles = [_heading(lines) for lines in groups]
     assert len(titles) == len(set(titles))  # each section (and strategy) once
     for title in ("env", "top-level", "agents", "ray", "algorithm_options (every algorithm)"):
         assert title in titles
@@ -96,7 +104,8 @@ def test_text_groups_by_section_and_strategy_and_wraps_to_the_terminal(capsys, m
     narrow = _show(capsys, monkeypatch, "--section", "agents", columns=50)
     assert max(len(line) for line in narrow.splitlines()) <= 50
     graft = groups[titles.index(_title("selection"))]
-    assert graft[1].split()[0] == "algorithm_options.selection"
+    first_key = next(line for line in graft[1:] if not line.startswith(" " * 6))
+    assert first_key.split()[0] == "algorithm_options.selection"
     wide = _show(capsys, monkeypatch, columns=200)
     assert len(wide.splitlines()) < len(text.splitlines())  # the same help, fewer lines
 
