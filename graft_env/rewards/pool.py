@@ -160,10 +160,10 @@ class VerifierPool:
         return [worker.process.pid for worker in self._workers]
 
     @property
-    def running_jobs(self) -> int:
-        """How many workers are running an item now (read without the batch lock, so another
-        thread can watch a batch in progress)."""
-        return sum(worker.job is not None for worker in self._workers)
+    def running(self) -> list[str | None]:
+        """Per worker running an item now, the answer it reported extracting (None until it
+        has): read without the batch lock, so another thread can watch a batch in progress."""
+        return [worker.extracted for worker in self._workers if worker.job is not None]
 
     def close(self) -> None:
         """Stop all workers; further ``verify_batch`` calls raise. Idempotent."""

@@ -94,9 +94,10 @@ def test_crashed_worker_scores_error_and_is_replaced() -> None:
         )
         thread.start()
         guard = time.monotonic() + 60.0  # a hang guard: the worker may start slowly when loaded
-        while own_pool.running_jobs == 0 and time.monotonic() < guard:
+        # the slow item runs in the only worker once it has reported its extracted answer
+        while own_pool.running != [slow[7:-1]] and time.monotonic() < guard:
             time.sleep(0.05)
-        assert own_pool.running_jobs == 1  # the slow item is now running in the only worker
+        assert own_pool.running == [slow[7:-1]]
         assert victim is not None
         os.kill(victim, signal.SIGKILL)
         thread.join(timeout=120.0)  # a hang guard: a replacement worker starts slowly when loaded
