@@ -27,6 +27,12 @@ def test_p_matches_the_closed_forms_for_one_and_two_degrees(t):
     assert t_two_sided_p(t, 2) == pytest.approx(1 - t / math.sqrt(2 + t * t), abs=1e-10)
 
 
+def test_a_tiny_t_keeps_its_precision():
+    # the exploration pass's example (seed 629468592): 1 - x cancelled, p was 5e-10 off
+    t = 5.2441416873942866e-08
+    assert t_two_sided_p(t, 1) == pytest.approx(1 - 2 / math.pi * math.atan(t), abs=1e-12)
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.floats(0, 50), st.floats(0, 50), st.integers(1, 200))
 def test_p_is_symmetric_and_falls_with_abs_t(t, u, df):
