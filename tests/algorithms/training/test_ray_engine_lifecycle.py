@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 import torch.distributed as dist
+from policy_batches import alternating_batch
 
 from algorithms.training.ray import rank as rank_module
 from algorithms.training.ray.rank import RankWorker
 from graft_env.policies import SamplingParams
-from graft_env.types import TrainBatch, TrainSequence
 
 FAKE_VLLM = Path(__file__).parent / "fake_vllm"
 SPEC = {
@@ -86,27 +86,13 @@ def worker(fake_vllm, tiny_pair_paths, monkeypatch):
     dist.destroy_process_group()
 
 
-def _batch(worker: RankWorker, prompts: list[str], groups) -> TrainBatch:
-    sequences = [
-        TrainSequence(
-            prompt_index=p,
-            response_token_ids=gen.token_ids,
-            old_logprobs=gen.logprobs,
-            advantage=1.0 if i % 2 == 0 else -1.0,
-        )
-        for p, group in enumerate(groups)
-        for i, gen in enumerate(group)
-    ]
-    return TrainBatch(worker.policy.name, prompts, sequences, [list(range(len(sequences)))])
-
-
 def _step(worker: RankWorker, seed: int) -> None:
     """What the loop asks of a rank in one step: rollouts, a peer's scoring, the update."""
     prompts = [worker.format_prompt(p) for p in ("Compute 2 + 3.", "Compute 7 * 8.")]
     groups = worker.generate_engine(prompts, 2, SamplingParams(max_new_tokens=4, seed=seed))
     texts = [gen.text for group in groups for gen in group]
     worker.score([prompts[0]] * len(texts), texts, ["length"] * len(texts))
-    worker.update(_batch(worker, prompts, groups))
+    worker.update(alternating_batch(worker.policy.name, prompts, groups))
 
 
 def test_each_step_follows_the_lifecycle_and_only_generate_sees_the_kv_cache(worker, fake_vllm):
