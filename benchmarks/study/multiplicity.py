@@ -54,9 +54,9 @@ def incomplete_beta(a: float, b: float, x: float, complement: float | None = Non
     `complement` is 1 - x where the caller has it exactly (1.0 - x cancels for x near 1)."""
     if a <= 0 or b <= 0 or not 0.0 <= x <= 1.0:
         raise ValueError(f"incomplete_beta needs a, b > 0 and 0 <= x <= 1; got {a}, {b}, {x}")
-    if x in (0.0, 1.0):
-        return x
     y = 1.0 - x if complement is None else complement
+    if x == 0.0 or y == 0.0:  # by the complement: x can round to 1.0 while 1 - x > 0
+        return 0.0 if x == 0.0 else 1.0
     log_front = (
         math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log(y)
     )

@@ -27,9 +27,15 @@ def test_p_matches_the_closed_forms_for_one_and_two_degrees(t):
     assert t_two_sided_p(t, 2) == pytest.approx(1 - t / math.sqrt(2 + t * t), abs=1e-10)
 
 
-def test_a_tiny_t_keeps_its_precision():
-    # the exploration pass's example (seed 629468592): 1 - x cancelled, p was 5e-10 off
-    t = 5.2441416873942866e-08
+@pytest.mark.parametrize(
+    "t",
+    [
+        5.2441416873942866e-08,  # seed 629468592: 1 - x cancelled, p was 5e-10 off
+        1.6234777162143894e-09,  # seed 1827471465: x rounded to 1.0, p came out exactly 1
+    ],
+)
+def test_a_tiny_t_keeps_its_precision(t):
+    # examples the exploration pass found
     assert t_two_sided_p(t, 1) == pytest.approx(1 - 2 / math.pi * math.atan(t), abs=1e-12)
 
 
