@@ -19,9 +19,9 @@ docs/study/GAP-CONTROLS-PREREGISTRATION.md): GRAFT with the peer's information r
   twin filled (`filled_prompts`), the rounds and the responses drawn, as
   `exchange/<R>~twin-><R>/graft-twin/<counter>`.
 
-Both read GRAFT's options and declare none of their own. GRAFT's hooks have no sampling
-step, so the twin runs GRAFT's public `gate`, draws its groups, and hands GRAFT's transfer
-(`GraftExchange._transfer`: scoring, weighting, the transferred groups) its own plan.
+Both read GRAFT's options and declare none of their own, and each overrides one of GRAFT's
+public hooks: the shuffled peer `peer_group`, the twin `peer_sources` (where a receiver's
+groups come from); scoring, weighting and the transferred groups are GRAFT's.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from algorithms.exchange.base import ExchangeResult, register_strategy
-from algorithms.exchange.graft import GraftExchange
+from algorithms.exchange.base import register_strategy
+from algorithms.exchange.graft import Direction, GraftExchange
 from algorithms.exchange.peer_group import PeerGroup
 from algorithms.exchange.resample import Resample, ResamplingScorer
 from algorithms.exchange.stats import ExchangeStats
@@ -142,35 +142,31 @@ class ShuffledRewardExchange(GraftExchange):
 class TwinPeerExchange(GraftExchange):
     """GRAFT's gate decides how many prompts; the receiver's own re-sampling fills them."""
 
-    def select(
+    def peer_sources(
         self,
+        receiver: str,
+        plan: dict[Direction, np.ndarray],
         rollouts: Mapping[str, AgentRollouts],
-        receivers: Sequence[str],
         scorer: Scorer,
-        rng: np.random.Generator,
-    ) -> ExchangeResult:
+        stats: ExchangeStats,
+    ) -> tuple[Mapping[str, AgentRollouts], dict[Direction, np.ndarray]]:
+        """The receiver's twin as the only source: the prompts the gate planned for it,
+        resampled (`twin_draw`) until informative, under the source name `<receiver>~twin`."""
         if not isinstance(scorer, ResamplingScorer):
             raise ValueError(
                 f"exchange={self.name!r} resamples the receiver and needs the training loop's "
                 f"ResamplingScorer (algorithms.exchange.resample); got {type(scorer).__name__}"
             )
-        stats = ExchangeStats(strategy=self.name)
-        plan = self.gate(rollouts, receivers, rng, stats)
-        transfers = {}
-        for receiver in receivers:
-            gated = sorted(int(p) for (_, r), ps in plan.items() if r == receiver for p in ps)
-            draw = twin_draw(receiver, gated, scorer.resample, self.config.n, TWIN_MAX_ROUNDS)
-            twin = f"{receiver}{TWIN_SUFFIX}"
-            own = dataclasses.replace(rollouts[receiver], agent=twin)
-            view = {**rollouts, twin: with_groups(own, draw.groups, self.group_advantages)}
-            twin_plan = {(twin, receiver): np.array(sorted(draw.groups), dtype=np.int64)}
-            moving = self._moving_groups(receiver, twin_plan, view, scorer, rng, stats)
-            transfers[receiver] = self._transfer(receiver, moving, view, rng, stats)
-            for name, value in (
-                ("gated_prompts", len(gated)),
-                ("filled_prompts", len(draw.groups)),
-                ("rounds", draw.rounds),
-                ("resampled_responses", draw.drawn),
-            ):
-                stats.count(name, float(value), twin, receiver)
-        return ExchangeResult(transfers, stats)
+        gated = sorted(int(p) for (_, r), ps in plan.items() if r == receiver for p in ps)
+        draw = twin_draw(receiver, gated, scorer.resample, self.config.n, TWIN_MAX_ROUNDS)
+        twin = f"{receiver}{TWIN_SUFFIX}"
+        own = dataclasses.replace(rollouts[receiver], agent=twin)
+        for name, value in (
+            ("gated_prompts", len(gated)),
+            ("filled_prompts", len(draw.groups)),
+            ("rounds", draw.rounds),
+            ("resampled_responses", draw.drawn),
+        ):
+            stats.count(name, float(value), twin, receiver)
+        view = {**rollouts, twin: with_groups(own, draw.groups, self.group_advantages)}
+        return view, {(twin, receiver): np.array(sorted(draw.groups), dtype=np.int64)}

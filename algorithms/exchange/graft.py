@@ -18,8 +18,8 @@ Reads like GRAFT-SPEC §2-§4:
    source's group statistics with it.
 
 Variants subclass it and override its public hooks, in step order `gate`, `plan_prompts`,
-`peer_group`, `rank_groups`, `weigh` (CONTRIBUTING.md, "Building on GRAFT"), reading and
-setting every GRAFT option.
+`peer_sources`, `peer_group`, `rank_groups`, `weigh` (CONTRIBUTING.md, "Building on GRAFT"),
+reading and setting every GRAFT option.
 
 Ablations are options of this one strategy: selection='random_prompts', balance,
 candidates, compat, delta, admission='random' (count matched per direction or per
@@ -49,10 +49,16 @@ from algorithms.exchange.base import (
     filled_advantages,
     register_strategy,
 )
-from algorithms.exchange.graft_steps import admission_units, check_groups, gate_plan, scored_groups
+from algorithms.exchange.graft_steps import (
+    admission_units,
+    check_groups,
+    check_option_conflicts,
+    gate_plan,
+    scored_groups,
+)
 from algorithms.exchange.peer_group import PeerGroup
 from algorithms.exchange.stats import ExchangeStats
-from graft_env.schema import Flag, Fraction, require
+from graft_env.schema import Flag, Fraction
 from graft_env.types import AgentRollouts, Scorer, TransferredGroup
 
 Direction = tuple[str, str]
@@ -155,38 +161,7 @@ class GraftExchange(ExchangeStrategy):
         """The shared rules, and option sets of GRAFT's that would silently do something
         other than they say."""
         super().check_options(where)
-        cfg = self.config
-        if cfg.admission_match != "direction" and cfg.admission != "random":
-            raise require(
-                where,
-                "admission_match",
-                cfg.admission_match,
-                "'direction' unless admission='random' (only random admission matches a count)",
-            )
-        if cfg.admission == "random" and not cfg.compat:
-            raise require(
-                where, "admission", cfg.admission, "'compat' when compat=False (no scores to admit)"
-            )
-        if cfg.stored and cfg.balance:
-            raise require(
-                where, "balance", True, "False with stored=True (a stored log is one-way, SPEC §9)"
-            )
-        if cfg.candidates == "any_success" and cfg.balance:
-            raise require(
-                where,
-                "candidates",
-                cfg.candidates,
-                "'informative' with balance=True (balancing keeps the highest k_S first, so "
-                "zero-advantage all-pass groups would displace informative ones)",
-            )
-        if cfg.pooled and cfg.candidates == "any_success":
-            raise require(
-                where,
-                "pooled",
-                True,
-                "False with candidates='any_success' (an all-pass source group pooled with the "
-                "receiver's all-fail group gets non-zero advantages, not the zero it carries)",
-            )
+        check_option_conflicts(self.config, where)
 
     @property
     def replaces_own_groups(self) -> bool:
@@ -199,19 +174,15 @@ class GraftExchange(ExchangeStrategy):
         scorer: Scorer,
         rng: np.random.Generator,
     ) -> ExchangeResult:
-        """gate -> plan_prompts -> per receiver: peer_group, scoring, rank_groups, weigh."""
+        """gate -> plan_prompts -> per receiver: peer_sources, peer_group, scoring,
+        rank_groups, weigh."""
         stats = ExchangeStats(strategy=self.name)
         plan = self.plan_prompts(self.gate(rollouts, receivers, rng, stats), rollouts, rng, stats)
-        transfers = {
-            receiver: self._transfer(
-                receiver,
-                self._moving_groups(receiver, plan, rollouts, scorer, rng, stats),
-                rollouts,
-                rng,
-                stats,
-            )
-            for receiver in receivers
-        }
+        transfers = {}
+        for receiver in receivers:
+            view, own_plan = self.peer_sources(receiver, plan, rollouts, scorer, stats)
+            moving = self._moving_groups(receiver, own_plan, view, scorer, rng, stats)
+            transfers[receiver] = self._transfer(receiver, moving, view, rng, stats)
         return ExchangeResult(transfers, stats)
 
     def own_advantages(
@@ -262,6 +233,21 @@ class GraftExchange(ExchangeStrategy):
         Default: the gate's plan unchanged. Each direction's `selected_prompts` are recorded
         from what finally moves (after `rank_groups`), not from this plan."""
         return plan
+
+    def peer_sources(
+        self,
+        receiver: str,
+        plan: dict[Direction, np.ndarray],
+        rollouts: Mapping[str, AgentRollouts],
+        scorer: Scorer,
+        stats: ExchangeStats,
+    ) -> tuple[Mapping[str, AgentRollouts], dict[Direction, np.ndarray]]:
+        """Hook per receiver, after `plan_prompts`: where its groups come from, as the rollouts
+        they are read from and the plan over them. A source may be one the step did not
+        sample (the twin control's receiver resampling itself through `scorer`); its rollouts
+        then need the receiver's shape and filled advantages. Default: every agent's rollouts
+        and the plan."""
+        return rollouts, plan
 
     def peer_group(
         self, group: PeerGroup, rng: np.random.Generator, stats: ExchangeStats

@@ -1,6 +1,6 @@
 """GRAFT's steps as functions of their inputs: the gate's plan (§2), the receiver's scores
-of a list of peer groups (§4's s), the groups that share one admission draw, and the check
-of what a hook returned."""
+of a list of peer groups (§4's s), the groups that share one admission draw, the check
+of what a hook returned, and the check of GRAFT's option sets."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from algorithms.core import (
 from algorithms.exchange.base import score_texts
 from algorithms.exchange.peer_group import PeerGroup
 from algorithms.exchange.stats import ExchangeStats
+from graft_env.schema import require
 from graft_env.types import AgentRollouts, Scorer
 
 Direction = tuple[str, str]
@@ -116,3 +117,39 @@ def check_groups(strategy: str, hook: str, groups: list[PeerGroup]) -> list[Peer
             f"strategy {strategy!r}: {hook} must return {what} at most once; got {keys}"
         )
     return groups
+
+
+def check_option_conflicts(cfg: AlgorithmConfig, where: str) -> None:
+    """GRAFT's option sets that would silently do something other than they say, as a
+    one-line error naming the key under `where`."""
+    if cfg.admission_match != "direction" and cfg.admission != "random":
+        raise require(
+            where,
+            "admission_match",
+            cfg.admission_match,
+            "'direction' unless admission='random' (only random admission matches a count)",
+        )
+    if cfg.admission == "random" and not cfg.compat:
+        raise require(
+            where, "admission", cfg.admission, "'compat' when compat=False (no scores to admit)"
+        )
+    if cfg.stored and cfg.balance:
+        raise require(
+            where, "balance", True, "False with stored=True (a stored log is one-way, SPEC §9)"
+        )
+    if cfg.candidates == "any_success" and cfg.balance:
+        raise require(
+            where,
+            "candidates",
+            cfg.candidates,
+            "'informative' with balance=True (balancing keeps the highest k_S first, so "
+            "zero-advantage all-pass groups would displace informative ones)",
+        )
+    if cfg.pooled and cfg.candidates == "any_success":
+        raise require(
+            where,
+            "pooled",
+            True,
+            "False with candidates='any_success' (an all-pass source group pooled with the "
+            "receiver's all-fail group gets non-zero advantages, not the zero it carries)",
+        )

@@ -1,6 +1,7 @@
-"""GRAFT's public hooks (plan_prompts, peer_group, rank_groups, weigh), a variant's inherited
-options and its own counters; the graft-topk worked example of CONTRIBUTING.md runs as written,
-under the names graft-best-k / best_k (the recipe's trial adds graft-topk itself to the package)."""
+"""GRAFT's public hooks (plan_prompts, peer_sources, peer_group, rank_groups, weigh), a
+variant's inherited options and its own counters; the graft-topk worked example of
+CONTRIBUTING.md runs as written, under the names graft-best-k / best_k (the recipe's trial adds
+graft-topk itself to the package)."""
 
 from __future__ import annotations
 
@@ -130,6 +131,30 @@ def test_plan_prompts_changes_what_moves_and_the_counts_follow(registries):
     assert [g.prompt_index for g in result.transfers["A"]] == [0]
     direction = result.stats.directions[("B", "A")]
     assert (direction.candidates, direction.selected_prompts) == (5, [0])
+
+
+def test_peer_sources_names_where_a_receivers_groups_come_from(registries):
+    """A source the step did not sample (here a stored copy of B's rollouts under another
+    name) moves through GRAFT's scoring and weighting, counted under its own direction."""
+
+    class FromArchive(GraftExchange):
+        def peer_sources(self, receiver, plan, rollouts, scorer, stats):
+            archive = dataclasses.replace(rollouts["B"], agent="B-archive")
+            prompts = plan[("B", receiver)][:2] if ("B", receiver) in plan else []
+            return {**rollouts, "B-archive": archive}, {("B-archive", receiver): prompts}
+
+    register_strategy("test-from-archive")(FromArchive)
+    rollouts, result = exchange("graft", AGENTS, exchange="test-from-archive")
+    moved = result.transfers["A"]
+    assert [(g.source, g.prompt_index) for g in moved] == [("B-archive", 0), ("B-archive", 1)]
+    for group in moved:
+        assert group.texts == rollouts["B"].texts[group.prompt_index]
+        np.testing.assert_array_equal(
+            group.advantages, rollouts["B"].advantages[group.prompt_index]
+        )
+    assert result.transfers["B"] == []  # nothing planned from B-archive to B
+    assert result.stats.directions[("B-archive", "A")].selected_prompts == [0, 1]
+    assert result.stats.directions[("B", "A")].selected_prompts == []
 
 
 def test_weigh_replaces_the_weighting_step(registries):
