@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from algorithms.training.run_config import ConfigError, config_from_dict
+from algorithms.training.run_config import ConfigError, check_env, config_from_dict
 from graft_env.data import DatasetError, load
 from graft_env.policies.zoo import check_model_name, load_policy, model_path
 from graft_env.schema import Flag, OptionError, check_options
@@ -37,12 +37,29 @@ class Knobs:
         ("rollout_correction.mode=trunc", "; did you mean 'truncate'?"),
         ("backend=rey", "backend: 'rey' is not one of 'local', 'ray'; did you mean 'ray'?"),
         ("algorithm_options.order=peer_lats", "did you mean 'peer_last' or 'peer_first'?"),
+        (
+            "env.dataset=math5000",
+            "procedural; did you mean 'math500'?",
+        ),
+        ("agents.0.options.lrr=1e-5", "agents.0.options.lrr: unknown option; valid: "),
+        ("agents.0.options.lrr=1e-5", "; did you mean 'lr'?"),
+        ("agents.0.model=tiny_a", "agents.0.model: model 'tiny_a' is neither a built-in model "),
+        ("agents.0.model=smollm2-135", "existing path; did you mean 'smollm2-135m'?"),
     ],
 )
 def test_a_mistyped_config_key_says_which_was_meant(override, message):
     with pytest.raises(ConfigError) as error:
         config_from_dict(BASE, [override])
     assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_mistyped_dataset_option_says_which_was_meant():
+    env = config_from_dict(BASE, ["env.dataset_options.sise=3"]).env
+    with pytest.raises(ConfigError) as error:
+        check_env(env)
+    message = str(error.value)
+    assert message.startswith("env.dataset_options.sise: unknown option; valid: ")
+    assert message.endswith("; did you mean 'size' or 'skills'?") and "\n" not in message
 
 
 def test_a_key_close_to_nothing_gets_no_guess():

@@ -14,7 +14,7 @@ from algorithms.training.run_config.sections import (
     agent_option_classes,
     algorithm_options_class,
 )
-from graft_env.schema import OptionError, check_options
+from graft_env.schema import OptionError, check_options, unknown_name
 from graft_env.suggest import did_you_mean
 
 if TYPE_CHECKING:
@@ -70,7 +70,7 @@ def check_policy_options(options: Mapping[str, Any], where: str) -> None:
     valid = [prefix + f.name for prefix, cls in classes for f in dataclasses.fields(cls)]
     for key in options:
         if key not in valid:
-            raise ConfigError(f"{where}.{key}: unknown option; valid: {', '.join(valid)}")
+            raise ConfigError(f"{where}.{key}: {unknown_name('option', key, valid)}")
     built = {}
     for prefix, cls in classes:
         names = {prefix + f.name for f in dataclasses.fields(cls)}
@@ -109,7 +109,7 @@ def check_env(env: EnvSection) -> None:
     for name in env.dataset_options:
         if valid is not None and name not in valid:
             where = f"env.dataset_options.{name}"
-            raise ConfigError(f"{where}: unknown option; valid: {', '.join(valid)}")
+            raise ConfigError(f"{where}: {unknown_name('option', name, valid)}")
     try:
         load(env.dataset, env.split, env.data_dir, **env.dataset_options)
     except DatasetError as error:

@@ -45,6 +45,7 @@ from algorithms.training.run_config.sections import (
     ray_option_classes,
 )
 from algorithms.training.wandb_sink import WandbSpec
+from graft_env.suggest import did_you_mean
 
 if TYPE_CHECKING:
     from algorithms.config import AlgorithmConfig
@@ -146,7 +147,8 @@ class TrainConfig:
 
 
 def _check(config: TrainConfig) -> None:
-    """What types cannot say: agent names, policy options, the dataset and algorithm names."""
+    """What types cannot say: agent and model names, policy options, the dataset and algorithm
+    names."""
     if not config.agents:
         raise ConfigError("agents: at least one agent is required")
     names = [a.name for a in config.agents]
@@ -160,12 +162,20 @@ def _check(config: TrainConfig) -> None:
         check_library_spec(config.library, names, config.stored_peer is not None)
     from graft_env.data import available
 
-    if config.env.dataset not in available():
+    dataset, known = config.env.dataset, available()
+    if dataset not in known:
         raise ConfigError(
-            f"env.dataset: unknown dataset {config.env.dataset!r}; valid: {', '.join(available())}"
+            f"env.dataset: unknown dataset {dataset!r}; valid: {', '.join(known)}"
+            + did_you_mean(dataset, known)
         )
     validate_as(ProceduralOptions, config.eval.procedural, ConfigError, "eval.procedural")
+    from graft_env.policies.zoo import check_model_name
+
     for index, agent in enumerate(config.agents):
+        try:
+            check_model_name(agent.model)
+        except ValueError as error:
+            raise ConfigError(f"agents.{index}.model: {error}") from None
         check_policy_options(agent.options, f"agents.{index}.options")
         budget = agent.options.get("max_tokens_per_micro_batch")
         if budget is not None and budget <= config.sampling.max_new_tokens:
