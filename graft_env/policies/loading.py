@@ -35,19 +35,24 @@ def load_tokenizer(path: str, options: HFPolicyOptions) -> PreTrainedTokenizerBa
 
 
 def load_model(path: str, options: HFPolicyOptions) -> torch.nn.Module:
-    """The causal LM at `path`, dropout off, on `options.device`, in eval mode."""
+    """The causal LM at `path`, dropout off, on `options.device`, in eval mode, with
+    `options.attn_implementation` (None: transformers' default)."""
     try:
         config = AutoConfig.from_pretrained(path, local_files_only=options.local_files_only)
         for key, value in config.to_dict().items():
             if ("dropout" in key or "pdrop" in key) and isinstance(value, float):
                 setattr(config, key, 0.0)
+        attention = {}
+        if options.attn_implementation is not None:
+            attention["attn_implementation"] = options.attn_implementation
         model = AutoModelForCausalLM.from_pretrained(
             path,
             config=config,
             dtype=DTYPES[options.dtype],
             local_files_only=options.local_files_only,
+            **attention,
         )
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, ImportError) as err:  # ImportError: flash-attn not installed
         raise ValueError(f"cannot load a causal LM from {path!r}: {err}") from err
     for module in model.modules():
         if isinstance(module, torch.nn.Dropout):

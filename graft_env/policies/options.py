@@ -33,6 +33,16 @@ DTYPE_NAMES = ("float32", "bfloat16", "float16")
 # float16 autocast would need loss scaling (GradScaler), which `update` does not do.
 AUTOCAST_DTYPES = (None, "bfloat16")
 ROLLOUT_BACKENDS = ("transformers", "vllm")
+# transformers' attention implementations a policy may load with (None: the model's default,
+# sdpa where it supports it); `policies.forward.PACKING_ATTENTION` says how each packs rows.
+ATTENTION_IMPLEMENTATIONS = (
+    None,
+    "sdpa",
+    "eager",
+    "flex_attention",
+    "flash_attention_2",
+    "flash_attention_3",
+)
 
 
 @dataclass(frozen=True)
@@ -133,8 +143,9 @@ class HFPolicyOptions:
                 "scoring and update forwards pack each micro-batch's rows into one row without "
                 "padding, position ids restarting per row (policies.forward, verl's "
                 "use_remove_padding): flash_attention_* run varlen kernels, sdpa / eager a "
-                "block-diagonal mask (models load with transformers' default, sdpa: the masked "
-                "form, whose bool mask is N^2 bytes for N packed tokens); the token budget counts "
+                "block-diagonal mask (`attn_implementation`; null loads transformers' default, "
+                "sdpa: the masked form, whose bool mask is N^2 bytes for N packed tokens); the "
+                "token budget counts "
                 "real tokens; repeated prompts are then not shared. Log-probs and gradients equal "
                 "the padded path's to float rounding. Refused in one line where the attention "
                 "implementation cannot pack"
@@ -155,6 +166,20 @@ class HFPolicyOptions:
                 "log-probs up to ~5e-5 from the plain path's (other rounding), and so another "
                 "sampled stream. Off by default, so that runs sample exactly the stream they always"
                 " did"
+            )
+        },
+    )
+
+    attn_implementation: Literal[ATTENTION_IMPLEMENTATIONS] = field(
+        default=None,
+        metadata={
+            "help": (
+                "transformers' attention for scoring, update and transformers sampling (vLLM picks"
+                " its own): null, the model's default (sdpa); 'flash_attention_2' / '_3' (the "
+                "flash-attn package, CUDA, half-precision compute): no mask, varlen kernels for "
+                "padding_free; 'sdpa' / 'eager' build a [rows, 1, L, L] mask (N^2 for N packed "
+                "tokens), and eager also holds every layer's [rows, heads, L, L] scores: the memory"
+                " plan counts both (memory_plan.attention)"
             )
         },
     )
