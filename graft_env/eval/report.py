@@ -20,6 +20,7 @@ from typing import Any
 
 from graft_env.eval.results import BenchmarkResult, EvalResult, Sample
 from graft_env.policies.base import FINISH_REASONS
+from graft_env.policies.cache import kernel_provenance
 from graft_env.rewards import STATUSES
 
 PACKAGES = ("torch", "transformers", "math-verify", "numpy", "graft-rlvr")
@@ -43,7 +44,9 @@ def _git(*args: str) -> str | None:
 
 
 def run_provenance() -> dict[str, Any]:
-    """Package versions, git commit ("unknown" outside a checkout) and the start time (UTC)."""
+    """Package versions, git commit ("unknown" outside a checkout), the start time (UTC) and
+    the machine's float kernels (`kernel_provenance`: a run's numbers, and a tiny pair's build,
+    differ between CPUs whose kernel paths differ, e.g. AVX-512 and AVX2)."""
     versions = {}
     for package in PACKAGES:
         try:
@@ -58,6 +61,7 @@ def run_provenance() -> dict[str, Any]:
         "versions": versions,
         "git_commit": commit or "unknown",
         "git_dirty": None if changes is None else bool(changes),
+        "machine": kernel_provenance(),
     }
 
 

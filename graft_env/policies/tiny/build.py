@@ -44,7 +44,7 @@ from transformers import PreTrainedTokenizerFast
 
 from graft_env.data import Problem
 from graft_env.policies.base import SamplingParams
-from graft_env.policies.cache import default_cache_dir, weights_sha256
+from graft_env.policies.cache import default_cache_dir, kernel_provenance, weights_sha256
 from graft_env.policies.generation import sample
 from graft_env.policies.hf import HFPolicy
 from graft_env.policies.tiny import tokenizer as tiny_tokenizer
@@ -302,6 +302,7 @@ def build_tiny_pair(
         "weights_sha256": {
             name: weights_sha256(path) for name, path in _model_paths(staging, config).items()
         },
+        "machine": kernel_provenance(),  # the same key builds other weights on other kernels
     }
     (staging / COMPLETE_FILE).write_text(json.dumps(build, indent=2))
     log(f"warm-start {warm_start_seconds:.0f}s, report {build['report_seconds']:.0f}s")

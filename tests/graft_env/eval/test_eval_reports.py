@@ -8,6 +8,7 @@ import json
 import re
 
 import pytest
+import torch
 
 from benchmarks.commands import eval as eval_command
 from graft_env.data import load
@@ -36,6 +37,8 @@ def test_json_holds_config_provenance_and_counts(result, tmp_path):
     assert set(provenance["versions"]) >= {"torch", "transformers", "math-verify"}
     assert provenance["versions"]["torch"] != "not installed"
     assert re.fullmatch(r"[0-9a-f]{40}|unknown", provenance["git_commit"])
+    # which kernels ran: the same seed and build key give other numbers on other CPUs
+    assert provenance["machine"]["torch_cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     assert data["total_seconds"] > 0
     one = data["benchmarks"]["one"]
     assert one["successes"] == [[2, 2], [2, 2]]

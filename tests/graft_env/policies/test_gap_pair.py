@@ -8,6 +8,7 @@ import hashlib
 import json
 
 import pytest
+import torch
 
 from graft_env.data.procedural import families as family_module
 from graft_env.data.procedural.families import in_family
@@ -152,6 +153,8 @@ def test_a_small_gap_build_records_its_weights_and_families(tmp_path):
     for name, path in paths.items():
         digest = hashlib.sha256((path / "model.safetensors").read_bytes()).hexdigest()
         assert build["weights_sha256"][name] == digest
+    # the kernels that built them: the same key builds other weights on another CPU
+    assert build["machine"]["torch_cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     assert build["config"]["gap"]["families"] == ["borrow", "carry"]
     report = json.loads((paths["gap-test-a"].parent / REPORT_FILE).read_text())
     assert {"borrow", "carry", "subtraction"} <= set(report["models"]["gap-test-a"]["skills"])
