@@ -38,10 +38,8 @@ class Knobs:
         ("rollout_correction.mode=trunc", "; did you mean 'truncate'?"),
         ("backend=rey", "backend: 'rey' is not one of 'local', 'ray'; did you mean 'ray'?"),
         ("algorithm_options.order=peer_lats", "did you mean 'peer_last' or 'peer_first'?"),
-        (
-            "env.dataset=math5000",
-            "procedural; did you mean 'math500'?",
-        ),
+        ("env.dataset=math5000", "env.dataset: unknown dataset 'math5000'; valid: "),
+        ("env.dataset=math5000", "; did you mean 'math500'"),  # whatever else is listed
         ("agents.0.options.lrr=1e-5", "agents.0.options.lrr: unknown option; valid: "),
         ("agents.0.options.lrr=1e-5", "; did you mean 'lr'?"),
         ("agents.0.model=tiny_a", "agents.0.model: model 'tiny_a' is neither a built-in model "),
