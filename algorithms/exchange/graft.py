@@ -245,8 +245,9 @@ class GraftExchange(ExchangeStrategy):
         """Hook per receiver, after `plan_prompts`: where its groups come from, as the rollouts
         they are read from and the plan over them. A source may be one the step did not
         sample (the twin control's receiver resampling itself through `scorer`); its rollouts
-        then need the receiver's shape and filled advantages. Default: every agent's rollouts
-        and the plan."""
+        then need the receiver's shape and filled advantages. The returned rollouts must still
+        hold the receiver's own (`_transfer` reads `rollouts[receiver]`). Default: every
+        agent's rollouts and the plan."""
         return rollouts, plan
 
     def peer_group(

@@ -6,6 +6,7 @@ checked), so `inspect.signature(load_policy)` names the loader's options to a co
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -47,16 +48,53 @@ def model_path(
 
 
 def check_model_name(path_or_name: str | Path) -> None:
-    """Raise a one-line ValueError for a model that is no built-in name and no existing path
-    but close to a built-in name (a typo, not a hub id: `smollm2-135`, `tiny_a`)."""
-    name = str(path_or_name)
-    if name in BUILT_NAMES + REAL_NAMES or Path(name).exists():
+    """Raise a one-line ValueError for a model name that is a typo of a built-in name.
+
+    A typo is a bare name (no `/` or path separator, no existing path) that is not built in
+    but, compared in lower case with `_` and `.` read as `-`, equals a built-in name
+    (`TINY-A`, `tiny_a`), is one edit from one (a character added, dropped, replaced or two
+    swapped: `smolm2-135m`, `tiny-c`) or is one cut short inside its last `-` part
+    (`smollm2-135`); a built-in name with anything after it (`tiny-a-sft`) is not. Anything
+    but a typo may be a hub id (`google/gemma-3-270m`, `gpt2`), a path (`out/gap-d30-a`) or
+    a directory made later (`gap-d30-a-sft`), and is left to the loader."""
+    name, names = str(path_or_name), BUILT_NAMES + REAL_NAMES
+    if name in names or "/" in name or os.sep in name or Path(name).exists():
         return
-    meant = did_you_mean(name, BUILT_NAMES + REAL_NAMES)
+    typed = _normal(name)
+    if any(typed.startswith(known) and typed != known for known in names):
+        return  # a name derived from a built-in one: `tiny-a-sft`
+    meant = [known for known in names if _is_typo(typed, known)]
     if meant:
         raise ValueError(
-            f"model {name!r} is neither a built-in model name nor an existing path{meant}"
+            f"model {name!r} is neither a built-in model name nor an existing path"
+            + did_you_mean(typed, meant, cutoff=0.0)
         )
+
+
+def _normal(name: str) -> str:
+    """`name` in lower case with `_` and `.` read as `-`."""
+    return name.lower().replace("_", "-").replace(".", "-")
+
+
+def _is_typo(typed: str, known: str) -> bool:
+    """Whether normalised `typed` is built-in `known`, one edit from it or it cut short
+    inside its last `-` part."""
+    cut_short = known.startswith(typed) and len(typed) > known.rfind("-") + 1
+    return typed == known or cut_short or _one_edit(typed, known)
+
+
+def _one_edit(a: str, b: str) -> bool:
+    """Whether `a` becomes `b` by adding, dropping or replacing one character, or by
+    swapping two adjacent ones."""
+    if abs(len(a) - len(b)) > 1 or a == b:
+        return False
+    start = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
+    if start is None:  # one is the other plus a last character
+        return True
+    if len(a) != len(b):
+        return a[start + (len(a) > len(b)) :] == b[start + (len(b) > len(a)) :]
+    swapped = a[start + 1 : start + 2] + a[start] == b[start : start + 2]
+    return a[start + 1 :] == b[start + 1 :] or (swapped and a[start + 2 :] == b[start + 2 :])
 
 
 def _builtin_path(name: str, cache: Path, tiny_seed: int) -> Path | None:

@@ -1,6 +1,7 @@
 """A mistyped name (config key, option, choice, dataset, split, model) is one line that lists
 what is valid and, when a valid name is close, says which was meant; a name close to nothing
-gets no guess, and a hub id or an existing path is never taken for a typo."""
+gets no guess, and a hub id, a path or a name derived from a built-in one is never taken for a
+typo."""
 
 from __future__ import annotations
 
@@ -37,14 +38,14 @@ class Knobs:
         ("rollout_correction.mode=trunc", "; did you mean 'truncate'?"),
         ("backend=rey", "backend: 'rey' is not one of 'local', 'ray'; did you mean 'ray'?"),
         ("algorithm_options.order=peer_lats", "did you mean 'peer_last' or 'peer_first'?"),
-        (
-            "env.dataset=math5000",
-            "procedural; did you mean 'math500'?",
-        ),
+        ("env.dataset=math5000", "env.dataset: unknown dataset 'math5000'; valid: "),
+        ("env.dataset=math5000", "; did you mean 'math500'"),  # whatever else is listed
         ("agents.0.options.lrr=1e-5", "agents.0.options.lrr: unknown option; valid: "),
         ("agents.0.options.lrr=1e-5", "; did you mean 'lr'?"),
         ("agents.0.model=tiny_a", "agents.0.model: model 'tiny_a' is neither a built-in model "),
         ("agents.0.model=smollm2-135", "existing path; did you mean 'smollm2-135m'?"),
+        ("agents.0.model=TINY-A", "existing path; did you mean 'tiny-a' or 'tiny-b'?"),
+        ("agents.0.model=smolm2-135m", "existing path; did you mean 'smollm2-135m'?"),
     ],
 )
 def test_a_mistyped_config_key_says_which_was_meant(override, message):
@@ -101,7 +102,10 @@ def test_a_mistyped_dataset_name_split_or_option_says_which_was_meant(call, mess
     [
         ("tiny-c", "'tiny-b' or 'tiny-a'"),
         ("tiny_a", "'tiny-a' or 'tiny-b'"),
+        ("TINY-A", "'tiny-a' or 'tiny-b'"),
         ("smollm2-135", "'smollm2-135m'"),
+        ("smolm2-135m", "'smollm2-135m'"),
+        ("gemma-3-270m", "'gemma3-270m'"),
     ],
 )
 def test_a_mistyped_model_name_is_refused_before_anything_loads(tmp_path, name, meant):
@@ -113,8 +117,30 @@ def test_a_mistyped_model_name_is_refused_before_anything_loads(tmp_path, name, 
     assert list(tmp_path.iterdir()) == []  # nothing built or converted
 
 
-def test_hub_ids_and_existing_paths_are_not_typos(tmp_path, monkeypatch):
-    for name in ("Qwen/Qwen3-1.7B", "gpt2", "tiny-a", str(tmp_path)):
+LEGITIMATE_MODELS = [
+    "google/gemma-3-270m",  # hub ids (docs/scale-out.md)
+    "google/gemma-3-270m-it",
+    "unsloth/gemma-3-270m",
+    "Qwen/Qwen3-1.7B",
+    "gpt2",
+    "/models/smollm2-135m",  # paths that need not exist on the validating machine
+    "out/gap-d30-a",
+    "./tiny-a",
+    "tiny-a-sft",  # local directories derived from a built-in name, made later
+    "gap-d30-a-sft",
+]
+
+
+@pytest.mark.parametrize("model", LEGITIMATE_MODELS)
+def test_hub_ids_paths_and_derived_names_validate(tmp_path, monkeypatch, model):
+    monkeypatch.chdir(tmp_path)  # none of them exists here
+    check_model_name(model)
+    config = config_from_dict(BASE, [f"agents.0.model={model}"])
+    assert config.agents[0].model == model
+
+
+def test_built_in_names_and_existing_paths_are_not_typos(tmp_path, monkeypatch):
+    for name in ("tiny-a", str(tmp_path)):
         check_model_name(name)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "tiny-c").mkdir()  # a local model directory that looks like a typo
