@@ -73,7 +73,8 @@ worker_group_device_check  a worker group's rank on one GPU (FSDP2 at world size
 gpu_probes           one-GPU probes, torch + transformers only, each under its own time
                      budget (<= 8 min): CUDA IPC buffer sharing with and without expandable
                      segments, the sync's ack-before-synchronize race, reserved vs allocated
-                     memory around an update, per-request vs batched sampling draws, a rank's
+                     memory around an update and attention's [L, L] tensors against the
+                     plan's, per-request vs batched sampling draws, a rank's
                      update and scoring rate on Qwen3-1.7B (--smoke: CPU)
                      -> docs/results/gpu_probes/ once run on a GPU (not yet)
 
@@ -89,6 +90,9 @@ trl_workload         vs_trl's fixed workload (tiny Llama, character tokenizer, 1
 trl_sides            vs_trl's timed run of either trainer, ours or TRL's, in one process
 gpu_probe_ipc        gpu_probes' two-process probes: the shared staging buffer, the ack race
 gpu_probe_compute    gpu_probes' allocator, sampling-draw and rank-rate probes
+attention_memory     attention's [L, L] tensors on a tiny Qwen3, saved per layer and alive at
+                     once, against the memory plan's attention terms (gpu_probes (c), and
+                     tests/algorithms/training/test_memory_attention.py on CPU)
 random_models        random-weight policies of the paper's architectures from their config
                      classes, a fixed batch of exact lengths, peak-memory meters
 worker_group_rank    worker_group_device_check's rank (RankWorker, or DirectRank without

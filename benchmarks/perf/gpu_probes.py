@@ -14,6 +14,8 @@ killed and recorded as such; a probe whose budget would end past `--time-budget-
   (`gpu_probe_ipc.ack_race`);
 - `c_memory` (75 s): allocated / reserved / peak around one update of a Qwen3-1.7B shape
   (random init) and what `empty_cache` returns (`gpu_probe_compute.memory_around_update`);
+  and attention's [L, L] tensors on a tiny Qwen3 against the plan's attention terms, which
+  CUDA's SDPA kernels may hold otherwise than the CPU's (`attention_memory.compare`);
 - `d_sampling` (40 s): one decode step's draw at 256 rows x 151,936 (Qwen3's vocabulary),
   per-request generators against one batched draw (`gpu_probe_compute.sampling_draws`);
 - `e_rank_rate` (240 s): a worker-group rank's update of one paper minibatch and scoring of
@@ -79,10 +81,12 @@ def run_probe(name: str, device: str, smoke: bool, budget_s: float) -> dict:
         mib = 64.0 if cuda else 1 / 16
         return ipc.ack_race(device, 8 if cuda else 4, mib, spin_ms=5.0, budget_s=budget_s * 0.8)
     if name == "c_memory":
+        from benchmarks.perf.attention_memory import compare
         from benchmarks.perf.random_models import paper_config
         from benchmarks.perf.worker_group_sizes import MODEL
 
-        return compute.memory_around_update(paper_config(MODEL), 4, 4096, 4096)
+        update = compute.memory_around_update(paper_config(MODEL), 4, 4096, 4096)
+        return {**update, "attention": compare(device)}
     if name == "d_sampling":
         rows, vocab = (256, 151936) if cuda else (8, 1000)
         return compute.sampling_draws(device, rows, vocab, 200 if cuda else 5, budget_s / 2)
@@ -196,9 +200,11 @@ def _headline(name: str, r: dict) -> str:
             r["reserved_not_allocated_after_update_gib"],
             r["returned_by_empty_cache_gib"],
         )
+        ratios = [case["planned"]["peak"] / max(case["peak"], 1) for case in r["attention"]]
         return (
             f"reserved, not allocated after the update {held:.2f} GiB; "
-            f"empty_cache returned {returned:.2f} GiB"
+            f"empty_cache returned {returned:.2f} GiB; attention plan / measured "
+            f"{min(ratios):.2f}-{max(ratios):.2f}"
         )
     if name == "d_sampling":
         return (

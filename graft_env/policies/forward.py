@@ -46,11 +46,12 @@ import torch
 from graft_env.policies.logprobs import Head, chunked_token_logprobs, split_head, token_logprobs
 from graft_env.policies.options import HFPolicyOptions
 
-# attn_implementation -> how a packed row's segments are kept apart (module docstring).
+# attn_implementation -> how a packed row's segments are kept apart (module docstring): one
+# entry per implementation a policy loads with (`options.ATTENTION_IMPLEMENTATIONS`).
 PACKING_ATTENTION = {
     **dict.fromkeys(["eager", "sdpa"], "a block-diagonal causal mask"),
     "flex_attention": "a block mask per segment",
-    **dict.fromkeys([f"flash_attention_{v}" for v in (2, 3, 4)], "varlen kernels"),
+    **dict.fromkeys(["flash_attention_2", "flash_attention_3"], "varlen kernels"),
 }
 
 

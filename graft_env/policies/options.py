@@ -144,8 +144,8 @@ class HFPolicyOptions:
                 "padding, position ids restarting per row (policies.forward, verl's "
                 "use_remove_padding): flash_attention_* run varlen kernels, sdpa / eager a "
                 "block-diagonal mask (`attn_implementation`; null loads transformers' default, "
-                "sdpa: the masked form, whose bool mask is N^2 bytes for N packed tokens); the "
-                "token budget counts "
+                "sdpa: the masked form, whose bool mask is N^2 bytes for N packed tokens and "
+                "whose per-layer copy is N^2 in the compute dtype); the token budget counts "
                 "real tokens; repeated prompts are then not shared. Log-probs and gradients equal "
                 "the padded path's to float rounding. Refused in one line where the attention "
                 "implementation cannot pack"
@@ -178,8 +178,10 @@ class HFPolicyOptions:
                 " its own): null, the model's default (sdpa); 'flash_attention_2' / '_3' (the "
                 "flash-attn package, CUDA, half-precision compute): no mask, varlen kernels for "
                 "padding_free; 'sdpa' / 'eager' build a [rows, 1, L, L] mask (N^2 for N packed "
-                "tokens), and eager also holds every layer's [rows, heads, L, L] scores: the memory"
-                " plan counts both (memory_plan.attention)"
+                "tokens), which sdpa copies per layer in the compute dtype (an update without "
+                "gradient checkpointing keeps every layer's copy), and eager also holds every "
+                "layer's [rows, heads, L, L] float32 softmax: the memory plan counts them "
+                "(memory_plan.attention)"
             )
         },
     )

@@ -21,8 +21,9 @@ entropy, its exp and their product (`LOGITS_COPIES`). With `logits_chunk_tokens`
 exist for at most that many positions at a time; without it, for every response position of
 the micro-batch (`forward.response_logprobs` before chunking).
 
-Attention adds its mask (sdpa, eager) and eager's scores to each phase, by the policy's
-`attn_implementation` (`memory_plan.attention`); flash and flex attention add nothing.
+Attention adds its mask (sdpa: with the additive copy each layer makes of it; eager) and
+eager's scores to each phase, by the policy's `attn_implementation` (`memory_plan.attention`);
+flash and flex attention add nothing.
 
 Every figure is in bytes; `benchmarks/perf/memory_plan_check.py` compares them with measured
 peaks. The device's usable memory is its total less `device.RESERVE_BYTES` (CUDA context,
@@ -35,7 +36,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from algorithms.training.memory_plan.architecture import Architecture
-from algorithms.training.memory_plan.attention import eager_scores_bytes, mask_bytes
+from algorithms.training.memory_plan.attention import (
+    eager_scores_bytes,
+    mask_bytes,
+    mask_entries,
+)
 from graft_env.policies.options import HFPolicyOptions
 
 GIB = 2**30
@@ -140,8 +145,24 @@ def _logits_bytes(
     return held * per_position
 
 
-def _attention_terms(mask: float, scores: float, knob: str) -> tuple[Term, ...]:
-    """The attention mask and eager scores of one phase (`memory_plan.attention`), where any."""
+def _attention_terms(
+    arch: Architecture, options: HFPolicyOptions, work: Workload, phase: str
+) -> tuple[Term, ...]:
+    """The attention mask and eager scores of one forward of `phase` (`memory_plan.attention`),
+    where any: the generation prefill's prompt rows, or a scoring / update micro-batch."""
+    if phase == "generate":
+        rows, knob = options.generation_batch_size, "generation_batch_size"
+        tokens, row_tokens, packed = rows * work.prompt_tokens, work.prompt_tokens, False
+    else:
+        rows = options.score_batch_size if phase == "score" else options.micro_batch_size
+        budget = "max_tokens_per_micro_batch" if options.max_tokens_per_micro_batch else None
+        knob = budget or f"{'score' if phase == 'score' else 'micro'}_batch_size"
+        tokens, row_tokens = _micro_batch_tokens(options, work, rows), work.row_tokens
+        packed = options.padding_free
+    c, entries = compute_bytes(options), mask_entries(tokens, row_tokens, packed)
+    grad = phase == "update"
+    mask = mask_bytes(arch, options, entries, c, DTYPE_BYTES[options.dtype], grad=grad)
+    scores = eager_scores_bytes(arch, options, entries, c, grad=grad)
     terms = (Term("attention mask", mask, knob), Term("eager attention scores", scores, knob))
     return tuple(term for term in terms if term.bytes > 0)
 
@@ -171,31 +192,17 @@ def plan_policy(arch: Architecture, options: HFPolicyOptions, work: Workload) ->
         what = "activations (checkpointed)"
     else:
         activations, what = saved, "activations"
-    c, packed = compute_bytes(options), options.padding_free
-    prefill_tokens = generate_rows * work.prompt_tokens
     phases = {
         "generate": (
             *cache,
             Term("KV cache", generate_rows * work.row_tokens * kv_token, "generation_batch_size"),
-            *_attention_terms(
-                mask_bytes(options, prefill_tokens, work.prompt_tokens, c, False),
-                eager_scores_bytes(
-                    arch, options, prefill_tokens, work.prompt_tokens, c, False, grad=False
-                ),
-                "generation_batch_size",
-            ),
+            *_attention_terms(arch, options, work, "generate"),
         ),
         "score": (
             *cache,
             Term("KV cache", score_tokens * kv_token, budget or "score_batch_size"),
             Term("one layer's activations", score_tokens * layer, budget or "score_batch_size"),
-            *_attention_terms(
-                mask_bytes(options, score_tokens, work.row_tokens, c, packed),
-                eager_scores_bytes(
-                    arch, options, score_tokens, work.row_tokens, c, packed, grad=False
-                ),
-                budget or "score_batch_size",
-            ),
+            *_attention_terms(arch, options, work, "score"),
             Term(
                 "log-prob logits",
                 _logits_bytes(arch, options, score_tokens, "score", work),
@@ -206,13 +213,7 @@ def plan_policy(arch: Architecture, options: HFPolicyOptions, work: Workload) ->
             *cache,
             Term(f"grads ({options.dtype})", arch.params * w),
             Term(what, activations, budget or "micro_batch_size"),
-            *_attention_terms(
-                mask_bytes(options, update_tokens, work.row_tokens, c, packed),
-                eager_scores_bytes(
-                    arch, options, update_tokens, work.row_tokens, c, packed, grad=True
-                ),
-                budget or "micro_batch_size",
-            ),
+            *_attention_terms(arch, options, work, "update"),
             Term(
                 "log-prob logits",
                 _logits_bytes(arch, options, update_tokens, "update", work),

@@ -19,8 +19,14 @@ from policy_batches import parameters, rollout_batch
 from test_chunked_logprobs import CONFIGS, PROMPTS, RESPONSES, VOCAB
 
 import algorithms
-from graft_env.policies.forward import packed_layout, packing_error, response_logprobs
+from graft_env.policies.forward import (
+    PACKING_ATTENTION,
+    packed_layout,
+    packing_error,
+    response_logprobs,
+)
 from graft_env.policies.micro_batches import forward_tokens, token_budget, token_counts
+from graft_env.policies.options import ATTENTION_IMPLEMENTATIONS
 
 
 def _model(name: str, attention: str) -> torch.nn.Module:
@@ -102,6 +108,11 @@ def test_an_attention_that_cannot_pack_is_refused_in_one_line():
     with pytest.raises(ValueError, match="padding_free needs attn_implementation"):
         response_logprobs(model, PROMPTS, RESPONSES, pad_id=0, temperature=1.0, padding_free=True)
     assert packing_error(_model("llama", "sdpa")) is None
+
+
+def test_every_attention_a_policy_loads_with_says_how_it_packs():
+    """`PACKING_ATTENTION` describes exactly the loadable implementations (null loads sdpa)."""
+    assert set(PACKING_ATTENTION) == set(ATTENTION_IMPLEMENTATIONS) - {None}
 
 
 def test_padding_free_budget_counts_real_tokens():

@@ -1,0 +1,193 @@
+"""Attention's [L, L] tensors measured against the memory plan's attention terms
+(`memory_plan.attention`) on a tiny random Qwen3 (from its config class, no download), through
+the project's forward (`forward.response_logprobs`): two rows of unequal lengths padded to L
+with a padding mask, or two of equal lengths packed (`padding_free`, one row of N tokens).
+
+Two measures, both structural (shapes x dtypes: the same on every machine of a device type):
+
+- `saved`: per layer, the bytes of [L, L] tensors autograd saves for backward
+  (`saved_tensors_hooks`), in an update without gradient checkpointing;
+- `peak`: the most bytes of [L, L] tensors alive at once over the forward (and backward of an
+  update), op by op: a TorchDispatchMode keeps a weak reference to each output's storage. It
+  sees what the ops hold, not a kernel's internal buffers (such as the CPU's float32 temporary
+  of a mixed-dtype add under autocast, which the plan counts as a bound).
+
+On CPU torch's SDPA runs its flash kernel with the additive mask. On CUDA a masked call goes to
+the memory-efficient kernel or to the math path, which would hold more: `gpu_probes` (c) runs
+`compare` on the GPU to record which.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from algorithms.training.memory_plan import Architecture, Workload, compute_bytes, plan_policy
+from algorithms.training.memory_plan.attention import mask_entries, saved_per_layer
+from graft_env.policies.options import HFPolicyOptions
+
+TINY_QWEN3 = dict(
+    vocab_size=128,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+)
+"""No dimension equals L (48) or N (96), so [L, L] shapes are attention's alone."""
+PADDED = ((20, 14), (28, 22))  # prompt and response lengths: L = 48, the second row padded
+PACKED = ((20, 20), (28, 28))  # N = 96 real tokens, no padding (the plan's longest rows)
+PRECISIONS = {"float32": ("float32", None), "autocast": ("float32", "bfloat16")}
+PRECISIONS["bfloat16"] = ("bfloat16", None)
+ATTENTION_TERMS = ("attention mask", "eager attention scores")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One forward (phase "score") or forward + backward ("update") of the tiny model."""
+
+    implementation: str  # "sdpa" or "eager"
+    precision: str  # a key of PRECISIONS
+    phase: str  # "score" or "update"
+    packed: bool = False
+    checkpointing: bool = False
+
+    def options(self) -> HFPolicyOptions:
+        dtype, autocast = PRECISIONS[self.precision]
+        return HFPolicyOptions(
+            dtype=dtype,
+            autocast=autocast,
+            attn_implementation=self.implementation,
+            gradient_checkpointing=self.checkpointing,
+            padding_free=self.packed,
+            micro_batch_size=2,
+            score_batch_size=2,
+        )
+
+    @property
+    def lengths(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        return PACKED if self.packed else PADDED
+
+    @property
+    def side(self) -> int:
+        """L of the [L, L] tensors: the padded row's length, or the packed row's."""
+        prompts, responses = self.lengths
+        return sum(prompts) + sum(responses) if self.packed else max(prompts) + max(responses)
+
+
+class _SquareTensors(TorchDispatchMode):
+    """The peak bytes of [side, side]-shaped storages alive at once, op by op."""
+
+    def __init__(self, side: int) -> None:
+        super().__init__()
+        self.side, self.live, self.bytes, self.peak = side, {}, 0, 0
+
+    def __torch_dispatch__(
+        self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None
+    ) -> Any:
+        out = func(*args, **(kwargs or {}))
+        for key in [key for key, (ref, _) in self.live.items() if ref.expired()]:
+            self.bytes -= self.live.pop(key)[1]
+        for tensor in tree_flatten(out)[0]:
+            if isinstance(tensor, torch.Tensor) and _square(tensor, self.side):
+                storage = tensor.untyped_storage()
+                if storage.data_ptr() not in self.live:
+                    self.live[storage.data_ptr()] = (StorageWeakRef(storage), storage.nbytes())
+                    self.bytes += storage.nbytes()
+                    self.peak = max(self.peak, self.bytes)
+        return out
+
+
+def _square(tensor: torch.Tensor, side: int) -> bool:
+    return tensor.dim() >= 2 and tuple(tensor.shape[-2:]) == (side, side)
+
+
+def tiny_model(case: Case, device: str) -> torch.nn.Module:
+    """The tiny Qwen3 as `load_model` leaves it under `case.options()`, in train mode under
+    gradient checkpointing (as `HFPolicy.update` sets it)."""
+    from transformers import AutoModelForCausalLM, Qwen3Config
+
+    torch.manual_seed(0)
+    config = Qwen3Config(**TINY_QWEN3, attn_implementation=case.implementation)
+    model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, case.options().dtype))
+    if case.checkpointing:  # transformers >= 5.x renamed it, as `load_model` reads it
+        (
+            getattr(model, "activation_checkpointing_enable", None)
+            or model.gradient_checkpointing_enable
+        )()
+    return model.to(device).train(case.checkpointing)
+
+
+def measure(case: Case, device: str = "cpu") -> dict[str, Any]:
+    """`peak` bytes of [L, L] tensors alive at once, and `saved` bytes per layer (an update
+    without checkpointing; else empty)."""
+    from graft_env.policies.forward import response_logprobs
+
+    model, update = tiny_model(case, device), case.phase == "update"
+    generator = torch.Generator().manual_seed(0)
+    prompts, responses = (
+        [torch.randint(3, TINY_QWEN3["vocab_size"], (n,), generator=generator).tolist() for n in ns]
+        for ns in case.lengths
+    )
+    layer, saved = [0], {}
+    for index, decoder in enumerate(model.model.layers):
+        decoder.register_forward_pre_hook(lambda *_, i=index: layer.__setitem__(0, i))
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        if _square(tensor, case.side):
+            storage = tensor.untyped_storage()
+            saved.setdefault(layer[0], {})[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    hooks = torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor)
+    autocast = (
+        torch.autocast(torch.device(device).type, dtype=torch.bfloat16)
+        if case.options().autocast
+        else contextlib.nullcontext()
+    )
+    with _SquareTensors(case.side) as tracker, hooks, torch.set_grad_enabled(update):
+        with autocast:
+            result = response_logprobs(
+                model, prompts, responses, pad_id=0, temperature=1.0, padding_free=case.packed
+            )
+        if update:
+            (-result.logprobs.sum()).backward()
+    per_layer = [sum(saved.get(i, {}).values()) for i in range(len(model.model.layers))]
+    return {"peak": tracker.peak, "saved": [] if case.checkpointing else per_layer}
+
+
+def planned(case: Case) -> dict[str, float]:
+    """The plan's attention terms for `case`'s phase and shape (`peak`), and the bytes one layer
+    saves for backward (`saved_per_layer`)."""
+    from transformers import Qwen3Config
+
+    arch = Architecture.from_config(Qwen3Config(**TINY_QWEN3).to_dict())
+    options = case.options()
+    prompts, responses = case.lengths
+    work = Workload(max(prompts), max(responses), len(prompts))
+    terms = plan_policy(arch, options, work).phases[case.phase]
+    entries = mask_entries(len(prompts) * work.row_tokens, work.row_tokens, case.packed)
+    return {
+        "peak": sum(term.bytes for term in terms if term.name in ATTENTION_TERMS),
+        "saved_per_layer": saved_per_layer(arch, options, compute_bytes(options)) * entries,
+    }
+
+
+def compare(device: str) -> list[dict[str, Any]]:
+    """Measured against planned for sdpa and eager in each precision, padded and packed,
+    scoring and update with and without checkpointing (what `gpu_probes` (c) records)."""
+    cases = [
+        Case(implementation, precision, phase, packed, checkpointing)
+        for implementation in ("sdpa", "eager")
+        for precision in PRECISIONS
+        for packed in (False, True)
+        for phase, checkpointing in (("score", False), ("update", False), ("update", True))
+    ]
+    return [{**asdict(case), **measure(case, device), "planned": planned(case)} for case in cases]
