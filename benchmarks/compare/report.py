@@ -275,13 +275,24 @@ def _write_csv(path: Path, rows: Sequence[Record]) -> None:
 
 
 def provenance_summary(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """This report's provenance, plus every distinct code version the cells ran with."""
+    """This report's provenance (`machine`: where the report ran), plus every distinct code
+    version and float-kernel path (CPU, torch's CPU capability) the cells ran with; cells
+    from before results recorded their machine count as "not recorded"."""
     versions = {(r["provenance"]["git_commit"], r["provenance"]["git_dirty"]) for r in results}
     return {
         **run_provenance(),
         "cells": len(results),
         "cell_commits": [{"git_commit": c, "git_dirty": d} for c, d in sorted(versions, key=str)],
+        "cell_kernels": sorted({_kernels(r["provenance"]) for r in results}),
     }
+
+
+def _kernels(provenance: Mapping[str, Any]) -> str:
+    """A cell's CPU and torch kernel path, e.g. "AMD EPYC (AVX2)", or "not recorded"."""
+    machine = provenance.get("machine")
+    if machine is None:
+        return "not recorded"
+    return f"{machine.get('cpu')} ({machine.get('torch_cpu_capability')})"
 
 
 def write_reports(

@@ -35,7 +35,8 @@ verdicts, H2's slope, the descriptive tables, the paper comparison, report.md an
 - The dose axis is measured, not nominal: each model's pass@1 on its gap in its base cell.
 - Provenance per pair: the build's cache key and weights SHA-256 (`model_identity`, which
   every finished cell's hash holds, beside the build's build.json), this machine's CPU
-  flags and torch / oneDNN versions (`kernel_provenance`), and the cells' package versions.
+  flags and torch / oneDNN versions (`kernel_provenance`, through `provenance_summary`), the
+  cells' package versions and kernel paths.
 """
 
 from __future__ import annotations
@@ -67,7 +68,6 @@ from benchmarks.study.gap.paper import against_paper
 from benchmarks.study.gap.slope import slope_entry
 from benchmarks.study.plots import plot_learning
 from benchmarks.study.report import GRPO8, GRPO32, STYLES
-from graft_env.policies.cache import kernel_provenance
 
 GRIDS = (
     "configs/grids/gap.yaml",
@@ -111,7 +111,6 @@ def analyse(
         "learning_curves": [{"model": m, "label": label, **c} for (m, label), c in curves.items()],
         "provenance": {
             **provenance_summary(cells.results),
-            "machine": kernel_provenance(),
             "pairs": pair_provenance(grids, gaps),
         },
     }

@@ -15,6 +15,7 @@ from benchmarks.compare.plots import band, complementarity, learning_curves, wri
 from benchmarks.compare.report import (
     cell_records,
     compute_rows,
+    provenance_summary,
     table_rows,
     write_reports,
 )
@@ -150,9 +151,21 @@ def test_reports_are_written_with_the_table_and_provenance(tmp_path):
     document = json.loads((tmp_path / "table.json").read_text())
     assert document["sets"] == list(SETS)
     assert document["provenance"]["cell_commits"] == [PROVENANCE]
+    assert document["provenance"]["cell_kernels"] == ["not recorded"]  # fixtures record none
+    assert document["provenance"]["machine"]["torch_cpu_capability"]  # where the report ran
     assert "versions" in document["provenance"] and "git_commit" in document["provenance"]
     csv_lines = (tmp_path / "table.csv").read_text().splitlines()
     assert len(csv_lines) == 1 + 6
+
+
+def test_provenance_lists_each_kernel_path_the_cells_ran_on():
+    machines = [None, {"cpu": "EPYC", "torch_cpu_capability": "AVX512"}]
+    machines += [{"cpu": "EPYC", "torch_cpu_capability": "AVX2"}] * 2
+    found = [
+        {"provenance": {**PROVENANCE, **({} if m is None else {"machine": m})}} for m in machines
+    ]
+    kernels = provenance_summary(found)["cell_kernels"]
+    assert kernels == ["EPYC (AVX2)", "EPYC (AVX512)", "not recorded"]
 
 
 def test_complementarity_counts_the_peers_solutions_of_all_fail_prompts():

@@ -266,6 +266,7 @@ def _provenance_lines(provenance: Mapping[str, Any]) -> list[str]:
             f"{c['git_commit'][:10]}{' (dirty)' if c['git_dirty'] else ''}"
             for c in provenance["cell_commits"]
         ),
+        "- the cells' kernels: " + ", ".join(provenance.get("cell_kernels", ["not recorded"])),
     ]
     for pair, found in provenance["pairs"].items():
         members = "; ".join(
