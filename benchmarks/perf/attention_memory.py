@@ -35,18 +35,12 @@ from algorithms.training.memory_plan.attention import (
     mask_columns,
     saved_per_layer,
 )
+from benchmarks.perf.random_models import TOY_QWEN3
 from graft_env.policies.options import HFPolicyOptions
 
-TINY_QWEN3 = dict(
-    vocab_size=128,
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=16,
-)
-"""No dimension equals L (48, 47) or N (96, 94), so [L, L] shapes are attention's alone."""
+TINY_QWEN3 = {**TOY_QWEN3, "vocab_size": 128}
+"""`TOY_QWEN3` with a smaller vocabulary: no dimension equals L (48, 47) or N (96, 94), so
+[L, L] shapes are attention's alone."""
 LENGTHS = {  # (packed, aligned): prompt and response lengths of the two rows
     (False, True): ((20, 14), (28, 22)),  # L = 48, the second row padded
     (True, True): ((20, 20), (28, 28)),  # N = 96 real tokens, no padding (the plan's longest rows)
