@@ -90,8 +90,8 @@ trl_workload         vs_trl's fixed workload (tiny Llama, character tokenizer, 1
 trl_sides            vs_trl's timed run of either trainer, ours or TRL's, in one process
 gpu_probe_ipc        gpu_probes' two-process probes: the shared staging buffer, the ack race
 gpu_probe_compute    gpu_probes' allocator, sampling-draw and rank-rate probes
-attention_memory     attention's [L, L] tensors on a tiny Qwen3, saved per layer and alive at
-                     once, against the memory plan's attention terms (gpu_probes (c), and
+attention_memory     attention's [L, L] tensors on a tiny Qwen3 against the plan's attention terms
+                     (saved per layer and alive at once; gpu_probes (c) on CUDA, and
                      tests/algorithms/training/test_memory_attention.py on CPU)
 random_models        random-weight policies of the paper's architectures from their config
                      classes, a fixed batch of exact lengths, peak-memory meters

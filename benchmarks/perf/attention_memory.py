@@ -13,8 +13,9 @@ Two measures, both structural (shapes x dtypes: the same on every machine of a d
   of a mixed-dtype add under autocast, which the plan counts as a bound).
 
 On CPU torch's SDPA runs its flash kernel with the additive mask. On CUDA a masked call goes to
-the memory-efficient kernel or to the math path, which would hold more: `gpu_probes` (c) runs
-`compare` on the GPU to record which.
+the memory-efficient kernel, which pads a mask of L (or N) not a multiple of 8 into one more
+copy (the plan's `ALIGNMENT_COPY`, compared on CUDA only), or to the math path, which would
+hold more: `gpu_probes` (c) runs `compare` on the GPU, at L = 47 / N = 94 too, to record which.
 """
 
 from __future__ import annotations
@@ -29,24 +30,27 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from algorithms.training.memory_plan import Architecture, Workload, compute_bytes, plan_policy
-from algorithms.training.memory_plan.attention import mask_entries, saved_per_layer
+from algorithms.training.memory_plan.attention import (
+    ALIGNMENT_COPY,
+    mask_columns,
+    saved_per_layer,
+)
+from benchmarks.perf.random_models import TOY_QWEN3
 from graft_env.policies.options import HFPolicyOptions
 
-TINY_QWEN3 = dict(
-    vocab_size=128,
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=16,
-)
-"""No dimension equals L (48) or N (96), so [L, L] shapes are attention's alone."""
-PADDED = ((20, 14), (28, 22))  # prompt and response lengths: L = 48, the second row padded
-PACKED = ((20, 20), (28, 28))  # N = 96 real tokens, no padding (the plan's longest rows)
+TINY_QWEN3 = {**TOY_QWEN3, "vocab_size": 128}
+"""`TOY_QWEN3` with a smaller vocabulary: no dimension equals L (48, 47) or N (96, 94), so
+[L, L] shapes are attention's alone."""
+LENGTHS = {  # (packed, aligned): prompt and response lengths of the two rows
+    (False, True): ((20, 14), (28, 22)),  # L = 48, the second row padded
+    (True, True): ((20, 20), (28, 28)),  # N = 96 real tokens, no padding (the plan's longest rows)
+    (False, False): ((20, 14), (27, 22)),  # L = 47: not a multiple of 8
+    (True, False): ((20, 20), (27, 27)),  # N = 94: not a multiple of 8
+}
 PRECISIONS = {"float32": ("float32", None), "autocast": ("float32", "bfloat16")}
 PRECISIONS["bfloat16"] = ("bfloat16", None)
 ATTENTION_TERMS = ("attention mask", "eager attention scores")
+"""The plan's attention terms every device holds; CUDA also holds `ALIGNMENT_COPY`'s."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,7 @@ class Case:
     phase: str  # "score" or "update"
     packed: bool = False
     checkpointing: bool = False
+    aligned: bool = True  # L (or N) a multiple of 8
 
     def options(self) -> HFPolicyOptions:
         dtype, autocast = PRECISIONS[self.precision]
@@ -73,7 +78,7 @@ class Case:
 
     @property
     def lengths(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        return PACKED if self.packed else PADDED
+        return LENGTHS[self.packed, self.aligned]
 
     @property
     def side(self) -> int:
@@ -163,9 +168,10 @@ def measure(case: Case, device: str = "cpu") -> dict[str, Any]:
     return {"peak": tracker.peak, "saved": [] if case.checkpointing else per_layer}
 
 
-def planned(case: Case) -> dict[str, float]:
-    """The plan's attention terms for `case`'s phase and shape (`peak`), and the bytes one layer
-    saves for backward (`saved_per_layer`)."""
+def planned(case: Case, device: str = "cpu") -> dict[str, float]:
+    """The plan's attention terms for `case`'s phase and shape that `device` holds (`peak`:
+    `ALIGNMENT_COPY` on CUDA only), that term alone (`alignment_copy`), and the bytes one
+    layer saves for backward (`saved_per_layer`)."""
     from transformers import Qwen3Config
 
     arch = Architecture.from_config(Qwen3Config(**TINY_QWEN3).to_dict())
@@ -173,21 +179,36 @@ def planned(case: Case) -> dict[str, float]:
     prompts, responses = case.lengths
     work = Workload(max(prompts), max(responses), len(prompts))
     terms = plan_policy(arch, options, work).phases[case.phase]
-    entries = mask_entries(len(prompts) * work.row_tokens, work.row_tokens, case.packed)
+    held = ATTENTION_TERMS + ((ALIGNMENT_COPY,) if device.startswith("cuda") else ())
+    tokens = len(prompts) * work.row_tokens
+    entries = tokens * mask_columns(tokens, work.row_tokens, case.packed)
     return {
-        "peak": sum(term.bytes for term in terms if term.name in ATTENTION_TERMS),
+        "peak": sum(term.bytes for term in terms if term.name in held),
+        "alignment_copy": sum(term.bytes for term in terms if term.name == ALIGNMENT_COPY),
         "saved_per_layer": saved_per_layer(arch, options, compute_bytes(options)) * entries,
     }
 
 
-def compare(device: str) -> list[dict[str, Any]]:
-    """Measured against planned for sdpa and eager in each precision, padded and packed,
-    scoring and update with and without checkpointing (what `gpu_probes` (c) records)."""
-    cases = [
-        Case(implementation, precision, phase, packed, checkpointing)
-        for implementation in ("sdpa", "eager")
+def cases() -> list[Case]:
+    """sdpa and eager in each precision, padded and packed, scoring and update with and without
+    checkpointing, at L = 48 / N = 96; and sdpa's again at L = 47 / N = 94, which CUDA's
+    memory-efficient kernel pads (`ALIGNMENT_COPY`)."""
+    phases = (("score", False), ("update", False), ("update", True))
+    return [
+        Case(implementation, precision, phase, packed, checkpointing, aligned)
+        for aligned, implementations in ((True, ("sdpa", "eager")), (False, ("sdpa",)))
+        for implementation in implementations
         for precision in PRECISIONS
         for packed in (False, True)
-        for phase, checkpointing in (("score", False), ("update", False), ("update", True))
+        for phase, checkpointing in phases
     ]
-    return [{**asdict(case), **measure(case, device), "planned": planned(case)} for case in cases]
+
+
+def compare(device: str, chosen: list[Case] | None = None) -> list[dict[str, Any]]:
+    """Measured against planned on `device` for the `chosen` cases (default: every one of
+    `cases()`, what `gpu_probes` (c) records). On CUDA an unaligned case's `saved` copies are
+    the padded ones: wider than `saved_per_layer` by the padding columns."""
+    return [
+        {**asdict(case), **measure(case, device), "planned": planned(case, device)}
+        for case in (cases() if chosen is None else chosen)
+    ]

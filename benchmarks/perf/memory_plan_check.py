@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from algorithms.training.memory_plan import GIB, Architecture, Workload, plan_policy
+from algorithms.training.memory_plan.attention import ALIGNMENT_COPY
 from graft_env.policies.options import HFPolicyOptions
 
 
@@ -100,7 +101,8 @@ def planned(case: Case) -> dict[str, float]:
     arch = Architecture.from_config(shrunk_config(case.architecture).to_dict())
     work = Workload(case.prompt_tokens, case.response_tokens, case.rows)
     plan = plan_policy(arch, case.options(), work)
-    transient = plan.transient(case.phase)
+    cpu_terms = [term for term in plan.phases[case.phase] if term.name != ALIGNMENT_COPY]
+    transient = sum(term.bytes for term in cpu_terms)  # the CPU makes no alignment copy
     return {"total": plan.persistent_bytes + transient, "transient": transient}
 
 

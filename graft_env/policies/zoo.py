@@ -54,9 +54,11 @@ def check_model_name(path_or_name: str | Path) -> None:
     but, compared in lower case with `_` and `.` read as `-`, equals a built-in name
     (`TINY-A`, `tiny_a`), is one edit from one (a character added, dropped, replaced or two
     swapped: `smolm2-135m`, `tiny-c`) or is one cut short inside its last `-` part
-    (`smollm2-135`); a built-in name with anything after it (`tiny-a-sft`) is not. Anything
-    but a typo may be a hub id (`google/gemma-3-270m`, `gpt2`), a path (`out/gap-d30-a`) or
-    a directory made later (`gap-d30-a-sft`), and is left to the loader."""
+    (`smollm2-135`); a built-in name with anything after it (`tiny-a-sft`) is not, so
+    characters added at its end are never taken for a typo: `tiny-a2` and `tiny-as` pass as
+    derived names. Anything but a typo may be a hub id (`google/gemma-3-270m`, `gpt2`), a
+    path (`out/gap-d30-a`) or a directory made later (`gap-d30-a-sft`), and is left to the
+    loader."""
     name, names = str(path_or_name), BUILT_NAMES + REAL_NAMES
     if name in names or "/" in name or os.sep in name or Path(name).exists():
         return

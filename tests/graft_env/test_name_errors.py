@@ -128,6 +128,8 @@ LEGITIMATE_MODELS = [
     "./tiny-a",
     "tiny-a-sft",  # local directories derived from a built-in name, made later
     "gap-d30-a-sft",
+    "tiny-a2",  # characters added at a built-in name's end: derived, never a typo
+    "tiny-as",
 ]
 
 

@@ -5,7 +5,7 @@ model of each term is in `terms`' docstring.
 Modules:
 
 architecture      a decoder's shape from its transformers config, or the paper models' table
-attention         the mask and eager scores attention adds per phase, by attn_implementation
+attention         the mask, its copies (CUDA's padded one) and eager scores, by attn_implementation
 device            one device's plan: its peak, the one-line refusal, the table `graft plan` prints
 launch            what `graft plan` advises about the launch environment (allocator settings)
 lifecycle         one GPU of a worker group per phase of verl's engine lifecycle (load to wake kv)

@@ -11,6 +11,17 @@ dtype's bytes (autocast's, else the weights'):
   on every layer's call (c). The update saves that copy for backward in every layer, one
   layer's under gradient checkpointing (the layer recomputed in backward): 1 + layers * c,
   or 1 + c; a no-grad forward holds one layer's copy at a time: 1 + c;
+- sdpa / null on CUDA, a separate term (`ALIGNMENT_COPY`): a masked call goes to the
+  memory-efficient kernel, which `preprocess_mask`s the additive copy: a mask whose strides
+  are not multiples of 8 (rows of L, or N packed tokens, not a multiple of 8) is padded into a
+  new copy with its last dimension rounded up to 8 (`pad_bias<8>`) and sliced back, so while
+  it is made the bool mask, the additive copy and the padded one are alive at once, and the
+  padded one is what the update saves. Per entry that is one more c-byte copy of one
+  forward's mask, 1 + (held + 1) * c, not 1 + held * c, the held copies at the padded width
+  (2 GiB more at N = 32,768 in bf16 with checkpointing). The CPU's flash kernel takes the
+  additive copy as it is: the CPU measurements compare the other terms, exactly, and
+  `gpu_probes` (c) compares this one on CUDA at L = 47 and N = 94. The plan counts it even
+  where the longest L is a multiple of 8: a shorter micro-batch's need not be;
 - eager: its mask in the embeddings' dtype (the weights', float32 under autocast), and per
   head per layer the float32 softmax of the scores, which the update saves for backward with,
   below float32, the compute-dtype copy the second matmul reads (4 + c, or 4 in float32):
@@ -21,14 +32,13 @@ dtype's bytes (autocast's, else the weights'):
   elementwise kernels should not need: a bound there).
 
 `benchmarks/perf/attention_memory.py` measures these on a tiny Qwen3 through the project's
-forward (tests/algorithms/training/test_memory_attention.py, CPU). CUDA's flash and
-memory-efficient kernels may hold otherwise: a masked call goes to the memory-efficient kernel
-(expected to save the additive mask as the CPU's flash kernel does) or to the math path, which
-would also save per-layer scores. Not yet measured on a GPU: `gpu_probes` (c) records it there.
+forward (tests/algorithms/training/test_memory_attention.py, CPU). On CUDA a masked call
+goes to the memory-efficient kernel (above) or to the math path, which would also save
+per-layer scores. Not yet measured on a GPU: `gpu_probes` (c) records it there.
 
 A micro-batch of T padded tokens in rows of L tokens has T / L rows, so its mask has T * L
-entries; a packed one has T^2. The bounds take every row at the longest length (the plan's
-`Workload`), as the rest of the plan does.
+entries (L columns); a packed one has T^2 (T columns). The bounds take every row at the longest
+length (the plan's `Workload`), as the rest of the plan does.
 """
 
 from __future__ import annotations
@@ -37,16 +47,21 @@ from algorithms.training.memory_plan.architecture import Architecture
 from graft_env.policies.options import HFPolicyOptions
 
 MASKED = (None, "sdpa", "eager")  # the implementations that materialise a mask
+SDPA = (None, "sdpa")  # the implementations that call torch's SDPA with a mask
+ALIGNMENT_COPY = "sdpa alignment copy (CUDA)"
+"""The plan term of the padded copy CUDA's memory-efficient SDPA makes of the mask."""
+MEMORY_EFFICIENT_ALIGNMENT = 8
+"""The multiple of 8 columns torch pads an unaligned mask to (`preprocess_mask`)."""
 FLOAT32 = 4
 EAGER_BACKWARD_COPIES = 2
 """float32 [rows, heads, L, L] gradients eager's layer in backward holds beside what it saved:
 of the softmax's output and of its input."""
 
 
-def mask_entries(tokens: int, row_tokens: int, packed: bool) -> float:
-    """Entries of one forward's [rows, 1, L, L] mask over `tokens` tokens in rows of
-    `row_tokens` (one row of all of them when `packed`)."""
-    return float(tokens) ** 2 if packed else float(tokens) * row_tokens
+def mask_columns(tokens: int, row_tokens: int, packed: bool) -> int:
+    """L of one forward's [rows, 1, L, L] mask over `tokens` tokens in rows of `row_tokens`
+    (one row of all of them when `packed`); the mask has `tokens` * L entries."""
+    return tokens if packed else row_tokens
 
 
 def held_layers(arch: Architecture, options: HFPolicyOptions, *, grad: bool) -> int:
@@ -99,3 +114,21 @@ def eager_scores_bytes(
         return heads * (2 * FLOAT32 + _below_float32(compute_bytes))
     saved = held_layers(arch, options, grad=True) * saved_per_layer(arch, options, compute_bytes)
     return saved * entries + heads * EAGER_BACKWARD_COPIES * FLOAT32
+
+
+def alignment_copy_bytes(
+    arch: Architecture,
+    options: HFPolicyOptions,
+    tokens: int,
+    columns: int,
+    compute_bytes: int,
+    *,
+    grad: bool,
+) -> float:
+    """CUDA's memory-efficient SDPA beyond `mask_bytes` for a mask of `tokens` rows of
+    `columns` (module docstring): the padded copy made beside the additive one, and the
+    padding columns of the `held_layers` copies saved in its place; 0 but for sdpa / null."""
+    if options.attn_implementation not in SDPA:
+        return 0.0
+    padding = -columns % MEMORY_EFFICIENT_ALIGNMENT  # 0 when aligned
+    return tokens * compute_bytes * (columns + held_layers(arch, options, grad=grad) * padding)

@@ -21,9 +21,10 @@ entropy, its exp and their product (`LOGITS_COPIES`). With `logits_chunk_tokens`
 exist for at most that many positions at a time; without it, for every response position of
 the micro-batch (`forward.response_logprobs` before chunking).
 
-Attention adds its mask (sdpa: with the additive copy each layer makes of it; eager) and
-eager's scores to each phase, by the policy's `attn_implementation` (`memory_plan.attention`);
-flash and flex attention add nothing.
+Attention adds its mask (sdpa: with the additive copy each layer makes of it, and on CUDA the
+padded copy the memory-efficient kernel makes of that; eager) and eager's scores to each
+phase, by the policy's `attn_implementation` (`memory_plan.attention`); flash and flex
+attention add nothing.
 
 Every figure is in bytes; `benchmarks/perf/memory_plan_check.py` compares them with measured
 peaks. The device's usable memory is its total less `device.RESERVE_BYTES` (CUDA context,
@@ -37,9 +38,11 @@ from dataclasses import dataclass
 
 from algorithms.training.memory_plan.architecture import Architecture
 from algorithms.training.memory_plan.attention import (
+    ALIGNMENT_COPY,
+    alignment_copy_bytes,
     eager_scores_bytes,
     mask_bytes,
-    mask_entries,
+    mask_columns,
 )
 from graft_env.policies.options import HFPolicyOptions
 
@@ -159,11 +162,16 @@ def _attention_terms(
         knob = budget or f"{'score' if phase == 'score' else 'micro'}_batch_size"
         tokens, row_tokens = _micro_batch_tokens(options, work, rows), work.row_tokens
         packed = options.padding_free
-    c, entries = compute_bytes(options), mask_entries(tokens, row_tokens, packed)
-    grad = phase == "update"
+    c, columns = compute_bytes(options), mask_columns(tokens, row_tokens, packed)
+    entries, grad = float(tokens) * columns, phase == "update"
     mask = mask_bytes(arch, options, entries, c, DTYPE_BYTES[options.dtype], grad=grad)
     scores = eager_scores_bytes(arch, options, entries, c, grad=grad)
-    terms = (Term("attention mask", mask, knob), Term("eager attention scores", scores, knob))
+    aligned = alignment_copy_bytes(arch, options, tokens, columns, c, grad=grad)
+    terms = (
+        Term("attention mask", mask, knob),
+        Term(ALIGNMENT_COPY, aligned, knob),
+        Term("eager attention scores", scores, knob),
+    )
     return tuple(term for term in terms if term.bytes > 0)
 
 

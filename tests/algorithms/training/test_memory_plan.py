@@ -245,7 +245,7 @@ def test_plan_sizes_the_vllm_engine_from_its_gpu_memory_share(capsys):
 
 def test_a_worker_group_is_refused_on_its_sharded_per_gpu_memory(capsys, monkeypatch):
     """`ray.ranks_per_agent` 2: `graft plan` and `graft train`'s check judge one GPU of each
-    agent through the engine lifecycle, not the unsharded tables: 70 GiB GPUs fit (75.3 GiB
+    agent through the engine lifecycle, not the unsharded tables: 70 GiB GPUs fit (75.6 GiB
     unsharded); 40 GiB, or an engine kept awake (no sleep mode) beside the update, is
     refused in one line naming the per-GPU figure, the agent, the phase and the knob."""
     config = REPO / "configs" / "paper_smollm3_qwen3.yaml"
@@ -256,7 +256,7 @@ def test_a_worker_group_is_refused_on_its_sharded_per_gpu_memory(capsys, monkeyp
     error = capsys.readouterr().err.strip()
     assert "\n" not in error
     assert error.startswith("graft plan: error: agents.0.options.max_tokens_per_micro_batch: ")
-    assert "smollm3-3b needs 50.4 GiB per GPU on actor 0: cuda x 2 FSDP2 ranks" in error
+    assert "smollm3-3b needs 50.7 GiB per GPU on actor 0: cuda x 2 FSDP2 ranks" in error
     assert "(38.0 GiB usable) in update" in error
     kv = "agents.1.options.vllm_kv_cache_gib=60"  # the engine's share: the sampling peak
     assert cli.main([*argv, "70", "--set", kv]) == 2
@@ -276,7 +276,7 @@ def test_a_worker_group_is_refused_on_its_sharded_per_gpu_memory(capsys, monkeyp
     monkeypatch.setattr(mp, "found_gpus", lambda: (70.0 * mp.GIB, 4))
     assert len(memory_check.check_before_launch(loaded)) == 2  # graft train launches
     monkeypatch.setattr(mp, "found_gpus", lambda: (40.0 * mp.GIB, 4))
-    with pytest.raises(ValueError, match=r"needs 50\.4 GiB per GPU on actor 0"):
+    with pytest.raises(ValueError, match=r"needs 50\.7 GiB per GPU on actor 0"):
         memory_check.check_before_launch(loaded)
 
 
