@@ -37,9 +37,18 @@ def members(package: Path) -> set[str]:
 
 
 def entries(package: Path) -> dict[str, str]:
-    """The one-line entries of a package's docstring: name (or `*`) -> what it holds."""
-    doc = _doc(package / "__init__.py")
-    return {m[1]: m[2] for line in doc.splitlines() if (m := ENTRY.match(line))}
+    """The entries of a package's docstring: name (or `*`) -> what it holds, an entry's
+    indented continuation lines joined to it by newlines."""
+    found: dict[str, str] = {}
+    name = None
+    for line in _doc(package / "__init__.py").splitlines():
+        if m := ENTRY.match(line):
+            name, found[m[1]] = m[1], m[2]
+        elif name is not None and line.startswith("  ") and line.strip():
+            found[name] += "\n" + line.strip()
+        else:
+            name = None
+    return found
 
 
 def index(package: Path) -> dict[str, str]:
@@ -87,7 +96,9 @@ def layout(root: Path) -> str:
         for name in sorted(described, key=lambda n: (n.endswith("/"), n == SELF, n)):
             if not name.endswith("/"):
                 file = f"{name}.py".ljust(25 - len(indent))
-                lines.append(f"{indent}  {file} {described[name]}")
+                first, *more = described[name].split("\n")
+                lines.append(f"{indent}  {file} {first}")
+                lines += [f"{indent}  {'':{len(file)}} {line}" for line in more]
     return "\n".join(lines)
 
 
@@ -143,6 +154,17 @@ def test_a_planted_unnamed_module_a_stale_name_and_a_crowded_folder_are_found(tm
     assert "graft_env: its docstring names old, which is not there" in found
     assert f"algorithms/sub: {MAX_MODULES + 1} modules, more than {MAX_MODULES}" in found
     assert "algorithms: sub/ is not named in its __init__ docstring" not in found
+
+
+def test_an_entrys_continuation_lines_reach_the_layout_and_prose_does_not(tmp_path):
+    doc = '"""World.\n\nlazy    loading, which goes on\n        on a second line\nProse.\n"""\n'
+    plant(tmp_path, {"graft_env/__init__.py": doc, "graft_env/lazy.py": "",
+                     "algorithms/__init__.py": '"""Rules."""\n',
+                     "benchmarks/__init__.py": '"""Harness."""\n'})  # fmt: skip
+    assert entries(tmp_path / "graft_env") == {"lazy": "loading, which goes on\non a second line"}
+    lines = layout(tmp_path).splitlines()
+    assert lines[1].endswith("lazy.py                   loading, which goes on")
+    assert lines[2] == " " * 28 + "on a second line"
 
 
 def test_a_self_describing_module_needs_a_star_entry_and_a_docstring(tmp_path):
