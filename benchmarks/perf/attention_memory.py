@@ -47,10 +47,13 @@ LENGTHS = {  # (packed, aligned): prompt and response lengths of the two rows
     (False, False): ((20, 14), (27, 22)),  # L = 47: not a multiple of 8
     (True, False): ((20, 20), (27, 27)),  # N = 94: not a multiple of 8
 }
-PRECISIONS = {"float32": ("float32", None), "autocast": ("float32", "bfloat16")}
-PRECISIONS["bfloat16"] = ("bfloat16", None)
-ATTENTION_TERMS = ("attention mask", "eager attention scores")
-"""The plan's attention terms every device holds; CUDA also holds `ALIGNMENT_COPY`'s."""
+PRECISIONS = {
+    "float32": ("float32", None),
+    "autocast": ("float32", "bfloat16"),
+    "bfloat16": ("bfloat16", None),
+}
+ATTENTION_TERMS = ("attention mask", ALIGNMENT_COPY, "eager attention scores")
+"""The plan's attention terms; only CUDA holds `ALIGNMENT_COPY`'s (its `cuda_only`)."""
 
 
 @dataclass(frozen=True)
@@ -119,14 +122,13 @@ def tiny_model(case: Case, device: str) -> torch.nn.Module:
     gradient checkpointing (as `HFPolicy.update` sets it)."""
     from transformers import AutoModelForCausalLM, Qwen3Config
 
+    from graft_env.policies.loading import enable_checkpointing
+
     torch.manual_seed(0)
     config = Qwen3Config(**TINY_QWEN3, attn_implementation=case.implementation)
     model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, case.options().dtype))
-    if case.checkpointing:  # transformers >= 5.x renamed it, as `load_model` reads it
-        (
-            getattr(model, "activation_checkpointing_enable", None)
-            or model.gradient_checkpointing_enable
-        )()
+    if case.checkpointing:
+        enable_checkpointing(model)
     return model.to(device).train(case.checkpointing)
 
 
@@ -179,11 +181,12 @@ def planned(case: Case, device: str = "cpu") -> dict[str, float]:
     prompts, responses = case.lengths
     work = Workload(max(prompts), max(responses), len(prompts))
     terms = plan_policy(arch, options, work).phases[case.phase]
-    held = ATTENTION_TERMS + ((ALIGNMENT_COPY,) if device.startswith("cuda") else ())
+    cuda = device.startswith("cuda")
+    held = [t for t in terms if t.name in ATTENTION_TERMS and (cuda or not t.cuda_only)]
     tokens = len(prompts) * work.row_tokens
     entries = tokens * mask_columns(tokens, work.row_tokens, case.packed)
     return {
-        "peak": sum(term.bytes for term in terms if term.name in held),
+        "peak": sum(term.bytes for term in held),
         "alignment_copy": sum(term.bytes for term in terms if term.name == ALIGNMENT_COPY),
         "saved_per_layer": saved_per_layer(arch, options, compute_bytes(options)) * entries,
     }

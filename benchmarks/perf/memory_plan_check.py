@@ -27,7 +27,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from algorithms.training.memory_plan import GIB, Architecture, Workload, plan_policy
-from algorithms.training.memory_plan.attention import ALIGNMENT_COPY
 from graft_env.policies.options import HFPolicyOptions
 
 
@@ -101,8 +100,7 @@ def planned(case: Case) -> dict[str, float]:
     arch = Architecture.from_config(shrunk_config(case.architecture).to_dict())
     work = Workload(case.prompt_tokens, case.response_tokens, case.rows)
     plan = plan_policy(arch, case.options(), work)
-    cpu_terms = [term for term in plan.phases[case.phase] if term.name != ALIGNMENT_COPY]
-    transient = sum(term.bytes for term in cpu_terms)  # the CPU makes no alignment copy
+    transient = plan.transient(case.phase, cuda=False)  # measured on a CPU
     return {"total": plan.persistent_bytes + transient, "transient": transient}
 
 

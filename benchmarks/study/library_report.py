@@ -30,7 +30,7 @@ from benchmarks.compare.grid import GridError, load_grid
 from benchmarks.compare.report import cell_records, provenance_summary
 from benchmarks.compare.run import finished_results
 from benchmarks.study.curves import Logs, funnel, metrics_logs
-from benchmarks.study.report import build_provenance
+from benchmarks.study.report import with_build
 from benchmarks.study.report_markdown import points
 from benchmarks.study.stats import label_interval, paired_difference, verdict
 
@@ -115,7 +115,7 @@ def analyse(grid_path: str | Path, runs: str | Path, resamples: int = 10_000) ->
                 )
         out["models"][model] = entry
     out["lookup"] = lookup_counts(results, logs, library)
-    out["provenance"] = {**provenance_summary(results), "build": build_provenance(grid)}
+    out["provenance"] = with_build(provenance_summary(results), grid)
     out["funnel"] = {
         label: {direction: data["totals"] for direction, data in directions.items()}
         for label, directions in funnel(results, logs).items()

@@ -54,7 +54,6 @@ from benchmarks.study.hypotheses import (
 )
 from benchmarks.study.plots import plot_funnel, plot_learning
 from benchmarks.study.report_markdown import render
-from graft_env.policies.cache import kernel_provenance
 
 # one panel per family, each against GRPO n=8; every label keeps its style in every figure
 FAMILIES = {
@@ -121,16 +120,17 @@ def analyse(
             for kind, weak in (("average", False), ("weak_skills", True))
         },
         "funnel": funnel(results, logs),
-        "provenance": {**provenance_summary(results), "build": build_provenance(grid)},
+        "provenance": with_build(provenance_summary(results), grid),
     }
 
 
-def build_provenance(grid: GridSpec) -> dict[str, Any]:
-    """What the numbers depend on beyond the code: this machine's CPU, kernel path and
-    torch / oneDNN versions (the cells' and the build's, when they ran here), and each
-    model's built weights (`model_identity`: cache key @ SHA-256; the cells' hashes
-    hold it, so every finished cell trained these weights)."""
-    return {"machine": kernel_provenance(), "weights": grid_models(grid)}
+def with_build(summary: dict[str, Any], grid: GridSpec) -> dict[str, Any]:
+    """The report's provenance (`provenance_summary`) and what the numbers depend on beyond
+    the code, under "build": this machine's CPU, kernel path and torch / oneDNN versions
+    (the cells' and the build's, when they ran here) and each model's built weights
+    (`model_identity`: cache key @ SHA-256; the cells' hashes hold it, so every finished cell
+    trained these weights)."""
+    return {**summary, "build": {"machine": summary["machine"], "weights": grid_models(grid)}}
 
 
 def write_report(report: Mapping[str, Any], out_dir: str | Path) -> list[Path]:

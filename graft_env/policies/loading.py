@@ -12,6 +12,7 @@ from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
     AutoTokenizer,
+    PreTrainedModel,
     PreTrainedTokenizerBase,
 )
 
@@ -58,7 +59,12 @@ def load_model(path: str, options: HFPolicyOptions) -> torch.nn.Module:
         if isinstance(module, torch.nn.Dropout):
             module.p = 0.0
     if options.gradient_checkpointing:
-        # transformers >= 5.x renamed it; 4.x only has the old name.
-        enable = getattr(model, "activation_checkpointing_enable", None)
-        (enable or model.gradient_checkpointing_enable)()
+        enable_checkpointing(model)
     return model.to(options.device).eval()
+
+
+def enable_checkpointing(model: PreTrainedModel) -> None:
+    """Turn on gradient checkpointing: transformers >= 5.x renamed it; 4.x only has the old
+    name."""
+    enable = getattr(model, "activation_checkpointing_enable", None)
+    (enable or model.gradient_checkpointing_enable)()

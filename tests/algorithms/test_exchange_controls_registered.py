@@ -9,11 +9,9 @@ to 1e-5 (Eq.1's epsilon makes 1/2 0.499999), the stats to 1e-6."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from exchange_fixtures import PAIR, N, TextScorer, make_rollouts, run_exchange
 
-import algorithms
 from algorithms.exchange.resample import ResamplingScorer
 from graft_env.types import AgentRollouts, TransferredGroup
 
@@ -57,12 +55,9 @@ def shuffled_step() -> tuple[dict[str, list[TransferredGroup]], dict[str, float]
 
 def twin_step() -> tuple[dict[str, list[TransferredGroup]], dict[str, float]]:
     """One graft-twin step on PAIR, seed 0, resampling by `twin_script`."""
-    algo = algorithms.make("graft", n=N, exchange="graft-twin")
-    rollouts = {agent: make_rollouts(agent, ks) for agent, ks in PAIR.items()}
-    algo.compute_advantages(rollouts)
     scorer = ResamplingScorer(TextScorer(MEAN_LOGP), twin_resample)
-    exchanged = algo.exchange(rollouts, list(rollouts), scorer, np.random.default_rng(0))
-    return exchanged.transfers, exchanged.stats.summary()
+    _, _, transfers, stats = run_exchange("graft", PAIR, scorer=scorer, exchange="graft-twin")
+    return transfers, stats.summary()
 
 
 def moved(transfers: dict[str, list[TransferredGroup]]) -> dict[str, list[tuple]]:

@@ -72,11 +72,13 @@ class Workload:
 
 @dataclass(frozen=True)
 class Term:
-    """One thing in memory: its bytes and the option that bounds it (None: none does)."""
+    """One thing in memory: its bytes, the option that bounds it (None: none does) and
+    whether only a CUDA device holds it (`cuda_only`: a CPU check leaves it out)."""
 
     name: str
     bytes: float
     knob: str | None = None
+    cuda_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -88,8 +90,9 @@ class PolicyPlan:
     phases: Mapping[str, tuple[Term, ...]]
     activations_without_checkpointing: float
 
-    def transient(self, phase: str) -> float:
-        return sum(term.bytes for term in self.phases[phase])
+    def transient(self, phase: str, *, cuda: bool = True) -> float:
+        """The phase's terms; `cuda=False`: those a CPU holds too."""
+        return sum(term.bytes for term in self.phases[phase] if cuda or not term.cuda_only)
 
     @property
     def persistent_bytes(self) -> float:
@@ -149,27 +152,25 @@ def _logits_bytes(
 
 
 def _attention_terms(
-    arch: Architecture, options: HFPolicyOptions, work: Workload, phase: str
+    arch: Architecture,
+    options: HFPolicyOptions,
+    tokens: int,
+    row_tokens: int,
+    knob: str,
+    *,
+    packed: bool,
+    grad: bool,
 ) -> tuple[Term, ...]:
-    """The attention mask and eager scores of one forward of `phase` (`memory_plan.attention`),
-    where any: the generation prefill's prompt rows, or a scoring / update micro-batch."""
-    if phase == "generate":
-        rows, knob = options.generation_batch_size, "generation_batch_size"
-        tokens, row_tokens, packed = rows * work.prompt_tokens, work.prompt_tokens, False
-    else:
-        rows = options.score_batch_size if phase == "score" else options.micro_batch_size
-        budget = "max_tokens_per_micro_batch" if options.max_tokens_per_micro_batch else None
-        knob = budget or f"{'score' if phase == 'score' else 'micro'}_batch_size"
-        tokens, row_tokens = _micro_batch_tokens(options, work, rows), work.row_tokens
-        packed = options.padding_free
+    """The attention mask and eager scores of one forward of `tokens` tokens in rows of
+    `row_tokens` (one row of them all where `packed`; `memory_plan.attention`), where any."""
     c, columns = compute_bytes(options), mask_columns(tokens, row_tokens, packed)
-    entries, grad = float(tokens) * columns, phase == "update"
+    entries = float(tokens) * columns
     mask = mask_bytes(arch, options, entries, c, DTYPE_BYTES[options.dtype], grad=grad)
     scores = eager_scores_bytes(arch, options, entries, c, grad=grad)
     aligned = alignment_copy_bytes(arch, options, tokens, columns, c, grad=grad)
     terms = (
         Term("attention mask", mask, knob),
-        Term(ALIGNMENT_COPY, aligned, knob),
+        Term(ALIGNMENT_COPY, aligned, knob, cuda_only=True),
         Term("eager attention scores", scores, knob),
     )
     return tuple(term for term in terms if term.bytes > 0)
@@ -204,13 +205,29 @@ def plan_policy(arch: Architecture, options: HFPolicyOptions, work: Workload) ->
         "generate": (
             *cache,
             Term("KV cache", generate_rows * work.row_tokens * kv_token, "generation_batch_size"),
-            *_attention_terms(arch, options, work, "generate"),
+            *_attention_terms(
+                arch,
+                options,
+                generate_rows * work.prompt_tokens,
+                work.prompt_tokens,
+                "generation_batch_size",
+                packed=False,  # the prefill's left-padded prompt rows
+                grad=False,
+            ),
         ),
         "score": (
             *cache,
             Term("KV cache", score_tokens * kv_token, budget or "score_batch_size"),
             Term("one layer's activations", score_tokens * layer, budget or "score_batch_size"),
-            *_attention_terms(arch, options, work, "score"),
+            *_attention_terms(
+                arch,
+                options,
+                score_tokens,
+                work.row_tokens,
+                budget or "score_batch_size",
+                packed=options.padding_free,
+                grad=False,
+            ),
             Term(
                 "log-prob logits",
                 _logits_bytes(arch, options, score_tokens, "score", work),
@@ -221,7 +238,15 @@ def plan_policy(arch: Architecture, options: HFPolicyOptions, work: Workload) ->
             *cache,
             Term(f"grads ({options.dtype})", arch.params * w),
             Term(what, activations, budget or "micro_batch_size"),
-            *_attention_terms(arch, options, work, "update"),
+            *_attention_terms(
+                arch,
+                options,
+                update_tokens,
+                work.row_tokens,
+                budget or "micro_batch_size",
+                packed=options.padding_free,
+                grad=True,
+            ),
             Term(
                 "log-prob logits",
                 _logits_bytes(arch, options, update_tokens, "update", work),
