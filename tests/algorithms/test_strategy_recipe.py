@@ -1,6 +1,6 @@
 """CONTRIBUTING's recipe for a strategy, followed literally in a copy of the repository: its
 worked example (graft-topk: its module and its test, as written there) added as the recipe's
-two files, then the recipe's commands run there (its test, layout, imports, options, the docs
+two files, then the recipe's commands run there (its test, imports, options, the docs
 checks and the registry matrices on the new entry), then the tests that load the same example
 under other names beside it, and nothing else in the copy changed."""
 
@@ -19,7 +19,6 @@ REPO = Path(__file__).resolve().parents[2]
 NAME, MODULE = "graft-topk", "graft_topk"
 # what a new strategy module must leave green without an edit elsewhere: the recipe runs them
 REQUIRED = (
-    "tests/test_layout.py",
     "tests/test_import_layers.py",
     "tests/algorithms/training/test_option_schema.py",
     "tests/test_readme.py",
