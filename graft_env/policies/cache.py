@@ -21,11 +21,14 @@ def default_cache_dir() -> Path:
 
 
 def portable_path(path: str | Path) -> str:
-    """`path` as a committed result may record it: under the cache directory as
-    `$GRAFT_CACHE_DIR/...`, under the temporary directory as `$TMPDIR/...`, otherwise as given
-    (no machine's absolute cache or scratch path lands in docs/results)."""
+    """`path` as a committed result may record it: an absolute path under the cache directory
+    as `$GRAFT_CACHE_DIR/...`, under the temporary directory as `$TMPDIR/...`, otherwise as
+    given (no machine's absolute cache or scratch path lands in docs/results). A relative path
+    is kept as given: it names no machine's directory, wherever the working directory is."""
     import tempfile
 
+    if not Path(path).is_absolute():
+        return str(path)
     resolved = Path(path).resolve()
     roots = {"$GRAFT_CACHE_DIR": default_cache_dir(), "$TMPDIR": Path(tempfile.gettempdir())}
     for name, root in roots.items():

@@ -268,7 +268,11 @@ def test_the_batch_trl_trains_on_is_the_projects(tmp_path, library, policy, env,
             advantage = float(chunk["advantages"][row])
             assert advantage == pytest.approx(seq.advantage * seq.weight, abs=1e-6)
             old = chunk["old_per_token_logps"][row][mask].double().numpy()
-            np.testing.assert_allclose(old, seq.old_logprobs, atol=1e-5)
+            # TRL's forward (its padded batch, its own log-softmax) against the project's
+            # scoring of the same weights at another batch shape: the float32 matmuls
+            # reduce in other orders (u = 6e-8 over width-128 and 512 sums, about 10 of
+            # them on a token's path: ~1e-5 relative on logits of magnitude up to ~10)
+            np.testing.assert_allclose(old, seq.old_logprobs, atol=1e-4)
     assert removed == stats["removed_peer_responses"]
     # peer-last: the own groups (fully removed ones included) fill the first micro-batch
     assert not chunks[0]["graft_peer"].any() and chunks[1]["graft_peer"].all()

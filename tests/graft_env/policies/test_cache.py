@@ -22,3 +22,5 @@ def test_cache_and_scratch_paths_are_written_relative_to_their_root(monkeypatch,
 def test_other_paths_are_kept_as_given(monkeypatch, tmp_path, path):
     monkeypatch.setenv("GRAFT_CACHE_DIR", str(tmp_path / "cache"))
     assert portable_path(path) == path
+    monkeypatch.chdir(tmp_path)  # a checkout under the temporary directory (CI's clone may be)
+    assert portable_path(path) == path

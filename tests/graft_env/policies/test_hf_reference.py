@@ -10,14 +10,20 @@ import algorithms
 import graft_env.policies.hf as hf
 from graft_env.policies.training import OptimStep, optimise
 
+KL_ROUNDING = 1e-9  # the k3 KL of two forwards of the same weights (float32 rounding only)
+
 
 def test_the_kl_is_zero_at_the_initial_weights_and_positive_after_an_update(policy):
     loss_fn = algorithms.make("grpo-kl").loss
     batch = rollout_batch(policy)
     first = policy.update(batch, loss_fn)
-    assert first["loss_fn/kl"] == 0.0  # one minibatch, still the initial weights
+    # one minibatch, still the initial weights: the policy's forward (with autograd) and the
+    # reference's (no grad, its own copy) may run other kernels, so their float32 log-probs
+    # differ by rounding, |d| <~ 1e-5, and the k3 estimator exp(d) - d - 1 ~ d^2 / 2 by
+    # <~ 5e-11; an optimiser step moves log-probs by orders of magnitude more than 1e-5
+    assert 0.0 <= first["loss_fn/kl"] < KL_ROUNDING
     second = policy.update(batch, loss_fn)
-    assert second["loss_fn/kl"] > 0
+    assert second["loss_fn/kl"] > KL_ROUNDING
     reference = policy.reference_model()
     assert reference is not policy.model and not reference.training
     assert not any(p.requires_grad for p in reference.parameters())
