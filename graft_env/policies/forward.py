@@ -59,11 +59,6 @@ def _forward_kwargs(model: torch.nn.Module) -> set[str]:
     return set(inspect.signature(model.forward).parameters)
 
 
-def cache_argument(model: torch.nn.Module) -> str:
-    """transformers >= 5 calls the KV cache `cache`; 4.x called it `past_key_values`."""
-    return "cache" if "cache" in _forward_kwargs(model) else "past_key_values"
-
-
 def packing_error(model: torch.nn.Module) -> str | None:
     """Why `model` cannot run padding-free packed rows (one line), or None when it can."""
     implementation = getattr(model.config, "_attn_implementation", None)
@@ -76,11 +71,6 @@ def packing_error(model: torch.nn.Module) -> str | None:
     if "position_ids" not in _forward_kwargs(body):
         return f"padding_free needs position ids; {type(body).__name__}.forward takes none"
     return None
-
-
-def output_cache(output) -> object:
-    """The KV cache a forward returned (`cache` in transformers >= 5, else `past_key_values`)."""
-    return output["cache" if "cache" in output.keys() else "past_key_values"]  # noqa: SIM118
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -193,7 +183,7 @@ def prefill(
         position_ids=positions,
         use_cache=True,
     )
-    cache = output_cache(output)
+    cache = output.cache
     last_hidden = output.last_hidden_state[:, -1:, :]
     last_logits = head(last_hidden)[:, -1, :].float() if with_logits else None
     last_hidden = last_hidden[:, -1, :]
@@ -267,7 +257,7 @@ def _shared_prompt_predictors(
             attention_mask=attention_mask,
             position_ids=position_ids_from_mask(attention_mask)[:, -width:],
             use_cache=True,
-            **{cache_argument(body): prefix.cache},
+            cache=prefix.cache,
         )
         pieces.append(output.last_hidden_state[:, -width:, :])
     return _Predictors(pieces, False, prefix.last_hidden, prefix.last_logits)

@@ -23,14 +23,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+from transformers.cache_utils import DynamicLayer
 
 from graft_env.policies.base import SamplingParams
-from graft_env.policies.forward import cache_argument, output_cache, prefill
-
-try:  # per-layer cache objects exist from transformers 4.56 on
-    from transformers.cache_utils import DynamicLayer
-except ImportError:  # older transformers: no layer objects to reserve; caches keep growing
-    DynamicLayer = object
+from graft_env.policies.forward import prefill
 
 
 class _ReservedLayer(DynamicLayer):
@@ -191,7 +187,6 @@ def sample(
     quarter of it, so a group's short answers do not pay for its long ones.
     """
     device = next(model.parameters()).device
-    cache_kwarg = cache_argument(model)
     prefix = prefill(model, prompt_ids, pad_id)
     cache, logits = prefix.cache, prefix.last_logits
     reserve_cache(cache, sampling.max_new_tokens)
@@ -222,9 +217,9 @@ def sample(
             attention_mask=attention_mask,
             position_ids=next_position.unsqueeze(-1),
             use_cache=True,
-            **{cache_kwarg: cache},
+            cache=cache,
         )
-        cache, logits = output_cache(output), output.logits[:, -1, :].float()
+        cache, logits = output.cache, output.logits[:, -1, :].float()
         next_position = next_position + 1
     sizes = lengths.tolist()
     token_ids = [row[:size] for row, size in zip(all_tokens.tolist(), sizes, strict=True)]
