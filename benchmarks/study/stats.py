@@ -32,37 +32,23 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-
-# two-sided 95 % quantiles of Student's t, df = 1..30 (standard table values)
-_T975 = (
-    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
-    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
-)  # fmt: skip
-_Z975 = 1.960
-# one-sided 80 % quantiles of Student's t, df = 1..30 (the power term of a paired t-test)
-_T80 = (
-    1.376, 1.061, 0.978, 0.941, 0.920, 0.906, 0.896, 0.889, 0.883, 0.879,
-    0.876, 0.873, 0.870, 0.868, 0.866, 0.865, 0.863, 0.862, 0.861, 0.860,
-    0.859, 0.858, 0.858, 0.857, 0.856, 0.856, 0.855, 0.855, 0.854, 0.854,
-)  # fmt: skip
-_Z80 = 0.842
+import scipy.stats
 
 Record = Mapping[str, Any]  # one cell record of compare.report.cell_records
 
 
-def t975(df: int) -> float:
-    """Two-sided 95 % quantile of Student's t with `df` degrees of freedom (normal above 30)."""
+def t975(df: float) -> float:
+    """Two-sided 95 % quantile of Student's t with `df` degrees of freedom."""
     if df < 1:
         raise ValueError(f"t975 needs df >= 1, got {df}")
-    return _T975[df - 1] if df <= len(_T975) else _Z975
+    return float(scipy.stats.t.ppf(0.975, df))
 
 
-def t80(df: int) -> float:
-    """One-sided 80 % quantile of Student's t with `df` degrees of freedom (normal above 30)."""
+def t80(df: float) -> float:
+    """One-sided 80 % quantile of Student's t with `df` degrees of freedom (the power term)."""
     if df < 1:
         raise ValueError(f"t80 needs df >= 1, got {df}")
-    return _T80[df - 1] if df <= len(_T80) else _Z80
+    return float(scipy.stats.t.ppf(0.80, df))
 
 
 @dataclass(frozen=True)

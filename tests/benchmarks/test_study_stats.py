@@ -108,9 +108,10 @@ def test_verdicts(low, high, margin, expected) -> None:
 
 
 def test_t_quantiles() -> None:
-    assert t975(1) == pytest.approx(12.706)
-    assert t975(4) == pytest.approx(2.776)
-    assert t975(1000) == pytest.approx(1.96)
+    # standard t-table values (3 decimals)
+    assert t975(1) == pytest.approx(12.706, abs=5e-4)
+    assert t975(4) == pytest.approx(2.776, abs=5e-4)
+    assert t975(1000) == pytest.approx(1.962, abs=5e-4)
     with pytest.raises(ValueError, match="df >= 1"):
         t975(0)
 
