@@ -151,17 +151,11 @@ def grid_models(grid: GridSpec, build: bool = False) -> dict[str, str]:
 
 def _agent_options(grid: GridSpec, pair: PairSpec, model: str) -> dict[str, Any]:
     """The base config's agent options for this model, updated by the pair's own; a pair's
-    committed build adds its seed and the directory it lies in (relative to the working
-    directory where it is inside it, so a result names no machine's directories)."""
+    committed build adds its seed and the directory it lies in (`BuildFiles.cache_dir`)."""
     base = {a.get("model"): a.get("options") or {} for a in grid.base.get("agents") or []}
     options = {**base.get(model, {}), **pair.options.get(model, {})}
     if pair.build is not None:
-        cache = pair.build.directory.parent
-        inside = cache.is_relative_to(Path.cwd())
-        options |= {
-            "tiny_seed": pair.build.seed,
-            "cache_dir": str(cache.relative_to(Path.cwd()) if inside else cache),
-        }
+        options |= {"tiny_seed": pair.build.seed, "cache_dir": pair.build.cache_dir}
     return options
 
 

@@ -32,6 +32,14 @@ class BuildFiles:
     key: str
     weights_sha256: Mapping[str, str]
 
+    @property
+    def cache_dir(self) -> str:
+        """The directory the build lies in, as the loader's `cache_dir`: relative to the
+        working directory where it is inside it (a checkout run from its root), so what a
+        result records names no machine's directories; otherwise absolute."""
+        cache, here = self.directory.parent, Path.cwd()
+        return str(cache.relative_to(here) if cache.is_relative_to(here) else cache)
+
 
 def check_build(directory: str | Path, weights: Mapping[str, str]) -> BuildFiles:
     """`directory` checked as the build whose members have the `weights` SHA-256 (member name
