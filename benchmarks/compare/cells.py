@@ -5,21 +5,22 @@ train each model of a pair alone) or the whole pair (exchange algorithms) x a se
 with `include_base`, one evaluation-only cell per untrained model. A cell lives in
 ``<out>/cells/<label>/<agents>[/seed<k>]/`` with the Trainer's run directory in ``run/``.
 
-Each cell has a config hash over its run config (less where and how fast: run_dir, the
-sources' paths, threads), the options its algorithm and strategy read (`options_read`: the
-shared ones and its strategy's own and inherited; another strategy's options, held at their
-defaults, are left out, so a new option elsewhere keeps every cell valid), the evaluation
-plan, its sources' hashes and the models its names resolve to: a built-in pair's cache key
-and the SHA-256 of the built weights (`model_identity`), so a finished result is reused only
-for exactly the same experiment:
-rebuilding the tiny pair with other skills, changing the learning rate, or the same cache
-key built into other weights (another CPU or thread count) makes the old result stale, and
-`read_result` says so instead of reusing it. The weights exist only once the pair is built:
-`plan_cells(..., build=True)` builds missing built-in pairs (`grid_models`) before it
-hashes, as a run of the grid must; without it (reports, config checks) an unbuilt pair
-hashes as unbuilt, which matches no result trained on a build. `Cell.hash_inputs` is what
-was hashed: diff it to see why a cell went stale. A result records its paths relative to the
-grid's output (`portable_result`).
+Each cell has a config hash over its run config (less where and how fast: run_dir, the sources'
+paths, the models' cache_dir, threads), the options its algorithm and strategy read
+(`options_read`: the shared ones and its strategy's own and inherited; another strategy's
+options, held at their defaults, are left out, so a new option elsewhere keeps every cell
+valid), the evaluation plan, its sources' hashes and the models its names resolve to: a built-in
+pair's cache key and the SHA-256 of the built weights (`model_identity`), so a finished result
+is reused only for exactly the same experiment: rebuilding the tiny pair with other skills,
+changing the learning rate, or the same cache key built into other weights (another CPU or
+thread count) makes the old result stale, and `read_result` says so instead of reusing it. The
+weights exist only once the pair is built: `plan_cells(..., build=True)` builds missing built-in
+pairs (`grid_models`) before it hashes, as a run of the grid must; without it (reports, config
+checks) an unbuilt pair hashes as unbuilt, which matches no result trained on a build. A grid
+pair's committed build (`build:`) loads from its directory in the repository, checked against
+the weights SHA-256 the grid names, so cells can be split across machines. `Cell.hash_inputs` is
+what was hashed: diff it to see why a cell went stale. A result records its paths relative to
+the grid's output (`portable_result`).
 
 Package versions and the git commit are not hashed (results record them; the report lists
 each code version): any upgrade or commit would make every cell stale, even one computing the
@@ -149,9 +150,19 @@ def grid_models(grid: GridSpec, build: bool = False) -> dict[str, str]:
 
 
 def _agent_options(grid: GridSpec, pair: PairSpec, model: str) -> dict[str, Any]:
-    """The base config's agent options for this model, updated by the pair's own."""
+    """The base config's agent options for this model, updated by the pair's own; a pair's
+    committed build adds its seed and the directory it lies in (`BuildFiles.cache_dir`)."""
     base = {a.get("model"): a.get("options") or {} for a in grid.base.get("agents") or []}
-    return {**base.get(model, {}), **pair.options.get(model, {})}
+    options = {**base.get(model, {}), **pair.options.get(model, {})}
+    if pair.build is not None:
+        options |= {"tiny_seed": pair.build.seed, "cache_dir": pair.build.cache_dir}
+    return options
+
+
+def _without_where(options: Mapping[str, Any]) -> dict[str, Any]:
+    """Agent options less `cache_dir`: where a model is kept, not what it is (its identity,
+    the build's key and weights SHA-256, is hashed instead)."""
+    return {key: value for key, value in options.items() if key != "cache_dir"}
 
 
 def _periodic_eval(grid: GridSpec) -> dict[str, Any]:
@@ -228,6 +239,7 @@ def make_cell(
         # where and how fast, not what: moving --out or changing threads keeps the hash
         ignored = ("run_dir", "stored_peer", "library", "threads")
         train = {k: v for k, v in without_inert_eval(config.to_dict()).items() if k not in ignored}
+        train["agents"] = [{**a, "options": _without_where(a["options"])} for a in train["agents"]]
         # the resolved options, not just the entry's name: a changed preset or default
         # (e.g. the sample std of Eq.1) must retrain the cell, never reuse it; only those the
         # cell's algorithm and strategy read, so a new option elsewhere leaves it valid
@@ -242,7 +254,7 @@ def make_cell(
         "models": {
             a: identities.get(m) or model_identity(m, options[a]) for a, m in agents.items()
         },
-        "options": options,
+        "options": {a: _without_where(o) for a, o in options.items()},
     }
     return Cell(
         cell_id=cell_id,

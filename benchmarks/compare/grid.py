@@ -9,7 +9,7 @@ A grid is one YAML file (see configs/grids/compare_tiny.yaml for a commented exa
       - {name: grpo, label: "GRPO n=8", options: {n: 8}}
       - {name: graft-stored, label: "GRAFT stored", stored_peer_from: "GRPO n=8"}
       - {name: graft-library, label: "GRAFT library", library_from: "GRPO n=8", library_runs: 2}
-    pairs: [{models: [tiny-a, tiny-b]}]   # + per-model agent `options`, `own_skills`
+    pairs: [{models: [tiny-a, tiny-b]}]   # + per-model agent `options`, `own_skills`, `build`
     seeds: [0, 1, 2]
     baseline: "GRPO n=8"              # the label every other row is compared with
     eval: {sets: [procedural/addition, math500], procedural: {difficulty: 1}, limit: 32, k: 4}
@@ -21,6 +21,11 @@ is one line naming the full key (`eval.k: 0 must be >= 1`, `algorithms.1: unknow
 option(s) ...`), so a typo fails in a second rather than after an hour of training. Agent
 options of a model come from the base config's agent with the same model, overridden by the
 pair's `options`, so the study follows the base config's learning rate without repeating it.
+
+A pair of built-in members can name a committed build, `build: {path: <dir relative to the
+file>, weights_sha256: {<member>: <hex>, ...}}`: its members load from that directory (it
+sets their `tiny_seed` and `cache_dir`), never from a build of this machine, and the grid
+refuses in one line naming the path and both digests where the weights there differ.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from benchmarks.compare.grid_schema import (
     EvalPlan,
     GridFile,
     GridSpec,
+    PairBuildItem,
     PairItem,
     PairSpec,
     PeriodicPlan,
@@ -54,9 +60,11 @@ from benchmarks.compare.grid_schema import (
 )
 from graft_env.data import available as available_datasets
 from graft_env.data.procedural import SKILLS
+from graft_env.policies.tiny.build_files import BuildFiles, check_build
 from graft_env.schema import OptionError
 
 __all__ = [  # the grid's names, wherever defined (`grid_schema`: the file's types)
+    "BUILD_OPTIONS",
     "DEFAULT_LIBRARY_RUNS",
     "AlgorithmEntry",
     "AlgorithmItem",
@@ -64,6 +72,7 @@ __all__ = [  # the grid's names, wherever defined (`grid_schema`: the file's typ
     "GridError",
     "GridFile",
     "GridSpec",
+    "PairBuildItem",
     "PairItem",
     "PairSpec",
     "PeriodicPlan",
@@ -105,6 +114,7 @@ def _base(value: Any, directory: Path) -> dict[str, Any]:
 
 
 DEFAULT_LIBRARY_RUNS = 2
+BUILD_OPTIONS = ("tiny_seed", "cache_dir")  # agent options a pair's committed build sets
 
 
 def _source_check(item: AlgorithmItem, stored: bool, where: str) -> None:
@@ -212,7 +222,9 @@ def _check_pair_options(
         raise GridError(str(error)) from None
 
 
-def _pairs(items: Sequence[PairItem], base: Mapping[str, Any]) -> tuple[PairSpec, ...]:
+def _pairs(
+    items: Sequence[PairItem], base: Mapping[str, Any], directory: Path
+) -> tuple[PairSpec, ...]:
     pairs = []
     for index, item in enumerate(items):
         where = f"pairs.{index}"
@@ -238,8 +250,35 @@ def _pairs(items: Sequence[PairItem], base: Mapping[str, Any]) -> tuple[PairSpec
                 raise GridError(f"{where}.own_skills.{model}: unknown skills {unknown}")
             if chosen:
                 own[agent_name(model)] = tuple(chosen)
-        pairs.append(PairSpec((models[0], models[1]), dict(item.options), own))
+        build = None if item.build is None else _pair_build(item, base, directory, where)
+        pairs.append(PairSpec((models[0], models[1]), dict(item.options), own, build))
     return tuple(pairs)
+
+
+def _pair_build(item: PairItem, base: Mapping[str, Any], directory: Path, where: str) -> BuildFiles:
+    """A pair's committed build (its path relative to `directory`), checked (`check_build`:
+    its weights have the named SHA-256) for members of one built-in pair whose options leave
+    `tiny_seed` and `cache_dir` to it."""
+    from graft_env.policies.tiny.config import pair_of
+
+    assert item.build is not None
+    where = f"{where}.build"
+    configs = {model: pair_of(model) for model in item.models}
+    if any(c is None for c in configs.values()) or len({c.name for c in configs.values()}) > 1:
+        raise GridError(f"{where}: {list(item.models)} are not the two members of a built-in pair")
+    base_options = _base_agent_options(base)
+    for model in item.models:
+        given = {**base_options.get(model, ("", {}))[1], **item.options.get(model, {})}
+        for key in BUILD_OPTIONS:
+            if key in given:
+                raise GridError(
+                    f"{where}: {model} sets {key}, which the build sets (its build.json's "
+                    f"seed, its directory); remove it"
+                )
+    try:
+        return check_build((directory / item.build.path).resolve(), item.build.weights_sha256)
+    except (ValueError, FileNotFoundError) as error:
+        raise GridError(f"{where}: {error}") from None
 
 
 def _check_eval(plan: EvalPlan) -> None:
@@ -293,7 +332,7 @@ def grid_from_dict(data: Any, directory: Path = Path("."), name: str = "grid") -
         name=raw.name or name,
         base=base,
         algorithms=entries,
-        pairs=_pairs(raw.pairs, base),
+        pairs=_pairs(raw.pairs, base, directory),
         seeds=raw.seeds,
         baseline=baseline,
         include_base=raw.include_base,
@@ -318,6 +357,10 @@ def _grid_data(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
         raise GridError(str(error)) from None
     if isinstance(data.get("base"), str):
         data["base"] = str((path.parent / data["base"]).resolve())
+    for pair in data.get("pairs") or []:
+        build = pair.get("build") if isinstance(pair, Mapping) else None
+        if isinstance(build, Mapping) and isinstance(build.get("path"), str):
+            build["path"] = str((path.parent / build["path"]).resolve())
     parent = data.pop("extends", None)
     if parent is None:
         return data

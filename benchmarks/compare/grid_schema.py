@@ -1,10 +1,10 @@
 """The grid file's schema and the grid it resolves to.
 
-`GridFile` and its items (`AlgorithmItem`, `PairItem`, `EvalPlan`, `PeriodicPlan`) are the
-file as written: types, ranges and help on the fields, checked by pydantic and printed by
-`graft config show --grid`. `GridSpec` (with `AlgorithmEntry`, `PairSpec`) is the validated
-grid `grid.grid_from_dict` resolves it to; `agent_name` and `slug` name its agents and
-cell directories.
+`GridFile` and its items (`AlgorithmItem`, `PairItem`, `PairBuildItem`, `EvalPlan`,
+`PeriodicPlan`) are the file as written: types, ranges and help on the fields, checked by
+pydantic and printed by `graft config show --grid`. `GridSpec` (with `AlgorithmEntry`,
+`PairSpec`) is the validated grid `grid.grid_from_dict` resolves it to; `agent_name` and `slug`
+name its agents and cell directories.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from pydantic import BeforeValidator, ConfigDict, Field
 from algorithms.storage.yaml_schema import Count, Flag, Positive, Text
 from algorithms.training.eval_settings import EvalSettings
 from graft_env.eval.protocol import PROTOCOL
+from graft_env.policies.tiny.build_files import BuildFiles
 
 
 def _models_only(value: Any) -> Any:
@@ -61,6 +62,21 @@ class AlgorithmItem:
 
 
 @dataclass(frozen=True)
+class PairBuildItem:
+    """A pair's `build:` as written: a built-in pair's finished build kept as files."""
+
+    path: Text = field(
+        metadata={
+            "help": "the build's directory <pair>-<key> (build.json and a folder per member), "
+            "relative to the grid file; loaded from there, never rebuilt"
+        }
+    )
+    weights_sha256: Mapping[str, Text] = field(
+        metadata={"help": "each member's weights SHA-256: other weights there are refused"}
+    )
+
+
+@dataclass(frozen=True)
 class PairItem:
     """One `pairs:` entry as written (or just its `models` list)."""
 
@@ -72,6 +88,10 @@ class PairItem:
     )
     own_skills: Mapping[str, tuple[Text, ...]] = field(
         default_factory=dict, metadata={"help": "per-model skills (tiny pair: from its build)"}
+    )
+    build: PairBuildItem | None = field(
+        default=None,
+        metadata={"help": "a built-in pair's committed build, named by weights SHA-256"},
     )
 
 
@@ -100,6 +120,7 @@ class PairSpec:
     models: tuple[str, str]
     options: Mapping[str, Mapping[str, Any]]
     own_skills: Mapping[str, tuple[str, ...]]
+    build: BuildFiles | None = None  # a committed build the members load from
 
     @property
     def agents(self) -> tuple[str, str]:

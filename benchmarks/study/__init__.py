@@ -13,6 +13,7 @@ plots             the study report's figures: learning curves and the exchange f
 report            the pre-registered study's report: its command line, analysis, files, plots
 report_markdown   the pre-registered study report's README.md, from its results
 stats             paired contrasts with bootstrap intervals, verdicts, power
+stored_report     the stored-peer study's report: the peer-control analysis on its builds
 controls/         the peer-control report: contrasts with Holm, doses, moved groups, timing
 gap/              the gap study's report: dose-response, contrasts, verdicts, the paper
 """

@@ -4,6 +4,7 @@ whose last commit must precede every cell."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 GRPO, GRAFT, TWIN, SHUFFLED = "GRPO n=8", "GRAFT", "twin peer", "shuffled-reward peer"
@@ -39,6 +40,7 @@ class Contrast:
     baseline: str
     primary: bool
     prediction: str
+    margin: float = 0.0  # non-inferiority: the threshold is -margin (0: superiority)
 
 
 CONTRASTS = (
@@ -64,9 +66,9 @@ DESIGN_FILES = (
 """The study's design: the registration commit is the last commit that touched any of these."""
 
 
-def build_of(seed: int) -> str:
+def build_of(seed: int, builds: Sequence[Build] = BUILDS) -> str:
     """The build a training seed belongs to."""
-    for build in BUILDS:
+    for build in builds:
         if seed in build.seeds:
             return build.name
-    raise ValueError(f"seed {seed} is in no build of the design ({[b.seeds for b in BUILDS]})")
+    raise ValueError(f"seed {seed} is in no build of the design ({[b.seeds for b in builds]})")

@@ -74,10 +74,13 @@ def contrast_terms(study: Study, contrast: Contrast, scope: str) -> list[Term]:
     return terms
 
 
-def contrast_entry(study: Study, contrast: Contrast, scope: str) -> dict[str, Any]:
+def contrast_entry(
+    study: Study, contrast: Contrast, scope: str, builds: Sequence[Build] = BUILDS
+) -> dict[str, Any]:
     """One contrast in one scope: per-seed values (with their build), mean, t-interval,
-    bootstrap interval, sd, MDE, t statistic and two-sided p; or "not run"."""
-    found = assess(study, contrast_terms(study, contrast, scope))
+    bootstrap interval, sd, MDE, t statistic and two-sided p, and with a margin the
+    non-inferiority verdicts on both intervals; or "not run"."""
+    found = assess(study, contrast_terms(study, contrast, scope), contrast.margin)
     entry: dict[str, Any] = {
         "contrast": contrast.name,
         "arm": contrast.arm,
@@ -88,10 +91,14 @@ def contrast_entry(study: Study, contrast: Contrast, scope: str) -> dict[str, An
         "seeds": [int(s) for s in found["seeds"]],
         "excluded_seeds": found["excluded_seeds"],
         "per_seed": {
-            s: {"value": v, "build": build_of(int(s))} for s, v in found["per_seed"].items()
+            s: {"value": v, "build": build_of(int(s), builds)} for s, v in found["per_seed"].items()
         },
         "not_run": found["not_run"],
     }
+    if contrast.margin:
+        entry["margin"] = contrast.margin
+        verdicts = {"t": found["t_verdict"], "bootstrap": found["bootstrap_verdict"]}
+        entry["margin_verdicts"] = verdicts
     values = list(found["per_seed"].values())
     if found["not_run"] is not None or len(values) < 2:
         return {**entry, "mean": None, "t_interval": None, "bootstrap": None, "p": None}
@@ -133,30 +140,36 @@ def verdict(mean: float, p_holm: float, mde: float | None, alpha: float = ALPHA)
     return "not resolvable here" if mde is not None and mde > abs(mean) else "not shown"
 
 
-def all_contrasts(studies: Sequence[BuildStudy], pooled: Study) -> dict[str, Any]:
+def all_contrasts(
+    studies: Sequence[BuildStudy],
+    pooled: Study,
+    contrasts: Sequence[Contrast] = CONTRASTS,
+    builds: Sequence[Build] = BUILDS,
+) -> dict[str, Any]:
     """Every contrast on both builds together (with Holm on the primary ones), per build, and
     the difference between the builds' per-seed values (Welch)."""
-    together = [contrast_entry(pooled, c, scope) for c in CONTRASTS for scope in SCOPES]
+    together = [contrast_entry(pooled, c, s, builds) for c in contrasts for s in SCOPES]
     primary_verdicts(together)
     per_build = {
-        build.name: [contrast_entry(study, c, scope) for c in CONTRASTS for scope in SCOPES]
+        build.name: [contrast_entry(study, c, s, builds) for c in contrasts for s in SCOPES]
         for build, _, _, study in studies
     }
     return {
         "pooled_builds": together,
         "per_build": per_build,
-        "build_difference": _between(together),
+        "build_difference": _between(together, builds),
     }
 
 
-def _between(entries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per pooled contrast: build 0's per-seed mean minus build 1's, Welch interval."""
+def _between(entries: Sequence[dict[str, Any]], builds: Sequence[Build]) -> list[dict[str, Any]]:
+    """Per pooled contrast: the first build's per-seed mean minus the second's, Welch
+    interval."""
     rows = []
     for entry in entries:
         if entry["scope"] != "pooled":
             continue
         groups = [
-            [v["value"] for v in entry["per_seed"].values() if v["build"] == b.name] for b in BUILDS
+            [v["value"] for v in entry["per_seed"].values() if v["build"] == b.name] for b in builds
         ]
         if min(map(len, groups)) >= 2:
             rows.append({"contrast": entry["contrast"], **welch_interval(*groups)})

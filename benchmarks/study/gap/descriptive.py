@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -142,11 +143,14 @@ def gap_curves(study: Study) -> dict[tuple[str, str], Any]:
 
 
 def pair_provenance(grids: Sequence[GridSpec], gaps: Mapping[str, GapModel]) -> dict[str, Any]:
-    """Per pair: cache key, build directory, weights SHA-256 per member (`model_identity`,
-    which the cells' hashes hold) and what its build.json recorded (seed, threads, digest)."""
+    """Per pair: cache key, build directory (a committed build's where its grid pair names
+    one), weights SHA-256 per member (`model_identity`, which the cells' hashes hold) and what
+    its build.json recorded (seed, threads, digest)."""
     identities: dict[str, str] = {}
+    committed = {}  # model -> the committed build its grid pair names (`build:`)
     for grid in grids:
         identities.update(grid_models(grid))
+        committed |= {m: p.build for p in grid.pairs if p.build is not None for m in p.models}
     out: dict[str, Any] = {}
     for gap in gaps.values():
         directory, rest = identities[gap.name].split("/", 1)
@@ -155,7 +159,9 @@ def pair_provenance(grids: Sequence[GridSpec], gaps: Mapping[str, GapModel]) -> 
             gap.pair,
             {"cache_key": directory.removeprefix(f"{gap.pair}-"), "build_dir": None, "members": {}},
         )
-        build_file = default_cache_dir() / directory / "build.json"
+        files = committed.get(gap.name)
+        root = default_cache_dir() if files is None else Path(files.cache_dir)
+        build_file = root / directory / "build.json"
         build = json.loads(build_file.read_text()) if build_file.is_file() else None
         if build is not None:
             pair["build_dir"] = portable_path(build_file.parent)

@@ -8,6 +8,7 @@
 Modules:
 
 build             `build_tiny_pair`: tokenizers, models, warm start, report, the cache
+build_files       a finished build as files that travel, checked against named weights SHA-256
 config            what a build depends on (members, targets), the built-in pairs, the cache key
 models            the tiny architectures (GPT-NeoX, Llama; ~1M parameters)
 pools             the problem pools: SFT data, warm-start checks, report prompts, mix weights

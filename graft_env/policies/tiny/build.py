@@ -48,6 +48,7 @@ from graft_env.policies.cache import default_cache_dir, kernel_provenance, weigh
 from graft_env.policies.generation import sample
 from graft_env.policies.hf import HFPolicy
 from graft_env.policies.tiny import tokenizer as tiny_tokenizer
+from graft_env.policies.tiny.build_files import BUILD_FILE as COMPLETE_FILE
 from graft_env.policies.tiny.config import PAIRS, SKILLS, TinyModelSpec, TinyPairConfig, cache_key
 from graft_env.policies.tiny.models import build_model
 from graft_env.policies.tiny.pools import (
@@ -68,7 +69,6 @@ from graft_env.policies.tiny.sft import SkillMix, supervised_warm_start
 from graft_env.prompts import format_prompt
 from graft_env.rewards import verify_batch
 
-COMPLETE_FILE = "build.json"
 REPORT_FILE = "report.json"
 TOKENIZER_CORPUS = 4000  # problems the BPE merges are learned from
 
