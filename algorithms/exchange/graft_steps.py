@@ -135,7 +135,7 @@ def check_option_conflicts(cfg: AlgorithmConfig, where: str) -> None:
         )
     if cfg.stored and cfg.balance:
         raise require(
-            where, "balance", True, "False with stored=True (a stored log is one-way, SPEC §9)"
+            where, "balance", True, "False with stored=True (a stored log is one-way)"
         )
     if cfg.candidates == "any_success" and cfg.balance:
         raise require(
