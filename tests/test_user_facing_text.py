@@ -6,6 +6,8 @@ literal the code can print (help, errors, `graft plan` output) other than docstr
 from __future__ import annotations
 
 import ast
+import importlib
+import inspect
 import re
 from pathlib import Path
 
@@ -106,3 +108,16 @@ def test_strings_the_code_prints_cite_no_issue():
         if CITATION.search(text)
     ]
     assert not found
+
+
+def test_the_api_reference_docstrings_cite_no_issue():
+    """docs/reference/api.md renders these objects' docstrings (mkdocstrings)."""
+    page = (REPO / "docs" / "reference" / "api.md").read_text(encoding="utf-8")
+    names = re.findall(r"^::: ([\w.]+)", page, flags=re.MULTILINE)
+    assert len(names) == 4
+    for name in names:
+        module, _, attribute = name.rpartition(".")
+        target = getattr(importlib.import_module(module), attribute)
+        methods = [getattr(target, m) for m in vars(target) if m[0] != "_"]
+        members = [target, *filter(callable, methods)]
+        assert not citations("\n".join(inspect.getdoc(m) or "" for m in members)), name
