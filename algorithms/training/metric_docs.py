@@ -91,7 +91,7 @@ SECTIONS: dict[str, dict[str, str]] = {
         "time/refill": "dynamic sampling's extra rounds",
         "time/rescoring": "the trainer's log-probs of the engine's responses (rollout correction)",
         "time/library": "looking up the library's groups",
-        "time/exchange": "choosing and weighting the transfers, scoring excluded",
+        "time/exchange": "choosing and weighting transfers, building the batches (not scoring)",
         "time/scoring": "the receivers' log-probs of peer responses (the score s)",
         "time/update": "every agent's optimiser steps",
         "time/eval": "the periodic evaluation at this step",
