@@ -60,7 +60,7 @@ term by SGT's `sgt_coef`): every strategy allowing that objective reads them too
 
 @dataclass(frozen=True)
 class AlgorithmConfig:
-    """Options of one learning rule. Defaults are GRPO as used in the paper (GRAFT-SPEC §6).
+    """Options of one learning rule. Defaults are GRPO as used in the paper (its Eq.2).
 
     `AlgorithmConfig(...)` builds the merged class: these fields and every registered
     strategy's options (`merged_class`); `isinstance(config, AlgorithmConfig)` holds for it.

@@ -142,15 +142,6 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             commands.add_parser(name, help=_summary(module))
             continue
         importlib.import_module(module).add_parser(commands)
-    if command == "train":  # `graft train --help` lists the config keys
-        train = commands.choices["train"]
-        train.formatter_class = argparse.RawDescriptionHelpFormatter
-        from benchmarks.commands.config_show import aligned_lines, shown_keys
-
-        rows = [key.row for key in shown_keys()]
-        train.epilog = "config keys (graft config show; --set KEY=VALUE):\n  " + "\n  ".join(
-            aligned_lines(rows)
-        )
     return parser
 
 

@@ -13,6 +13,7 @@ show` prints. README.md's registry block is rewritten by `python -m benchmarks.r
 from __future__ import annotations
 
 import dataclasses
+import html
 import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -106,9 +107,18 @@ def schema_page(title: str, lines: Sequence[str]) -> str:
     for section, rows in schema_sections(lines).items():
         out += [f"### `{section}`", "", "| key | type | default | help |", "|---|---|---|---|"]
         for key, kind, default, help_text in rows:
-            out.append(_row(f"`{key}`", kind, default.removeprefix("default "), help_text))
+            cells = _row(kind, default.removeprefix("default "), help_text)
+            out.append(f"| {key_cell(key)} {cells}")
         out.append("")
     return "\n".join(out)
+
+
+def key_cell(key: str) -> str:
+    """A config key as the reference's table shows it: code that a narrow column may break
+    only after a dot (`<wbr>`; the site's CSS turns off code's break-anywhere for the
+    `config-key` class), never inside a name."""
+    parts = [html.escape(part) for part in key.split(".")]
+    return f'<code class="config-key">{".<wbr>".join(parts)}</code>'
 
 
 def config_reference() -> str:

@@ -1,9 +1,11 @@
 """mkdocs hook: fills the generated blocks of the docs pages at build time.
 
-A page holding `<!-- generated: NAME -->` gets that marker replaced by `benchmarks.reference`'s
-text: `config-reference` (the run-config and grid-file schemas), `registry` (the registry
-table) and `memory-per-phase` (the figure of `graft plan`'s memory plan of MEMORY_CONFIG,
-drawn into the site as MEMORY_PNG). A marker with no generator fails the build.
+A page holding `<!-- generated: NAME -->` gets that marker replaced by text generated from
+the code: `config-reference` (the run-config and grid-file schemas) and `registry` (the
+registry table) from `benchmarks.reference`, `metrics` (what each logged metric means) from
+`algorithms.training.metric_docs`, and `memory-per-phase` (the figure of `graft plan`'s memory
+plan of MEMORY_CONFIG, drawn into the site as MEMORY_PNG). A marker with no generator fails
+the build.
 
 Links that leave docs/ for the code (`[select_exchange](../algorithms/core/selection.py)`) work
 when the markdown is read in the repository (tests/test_docs_links.py checks they resolve), but
@@ -20,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from algorithms.training.metric_docs import metrics_page
 from benchmarks.reference import config_reference, memory_per_phase_png, registry_table
 
 MEMORY_CONFIG, MEMORY_GPUS = "configs/paper_smollm3_qwen3_local.yaml", (141.0, 4)
@@ -38,6 +41,7 @@ def _memory_image(where: str) -> str:
 GENERATORS: dict[str, Callable[[str], str]] = {
     "config-reference": lambda where: config_reference(),
     "registry": lambda where: registry_table(),
+    "metrics": lambda where: metrics_page(),
     "memory-per-phase": _memory_image,
 }
 MARKER = re.compile(r"<!-- generated: ([\w-]+) -->")

@@ -59,7 +59,7 @@ class AgentRollouts:
         if not np.isin(self.rewards, (0.0, 1.0)).all():
             bad = self.rewards[~np.isin(self.rewards, (0.0, 1.0))]
             raise ValueError(
-                f"AgentRollouts({self.agent!r}).rewards must be binary (0 or 1, GRAFT-SPEC §1), "
+                f"AgentRollouts({self.agent!r}).rewards must be binary (0 or 1: correct or not), "
                 f"got {bad[:5].tolist()}"
             )
         num_prompts = self.rewards.shape[0]

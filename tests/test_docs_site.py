@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from algorithms.storage.yaml_schema import schema_lines
 from algorithms.training.run_config import TrainConfig
-from benchmarks.reference import config_reference, registry_table, schema_sections
+from benchmarks.reference import config_reference, key_cell, registry_table, schema_sections
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -48,7 +48,7 @@ def test_the_configuration_reference_lists_every_key_once():
     page = config_reference().split("## Grid file", 1)[0]  # the run-config part
     assert len(keys) > 100
     for key in keys:
-        assert page.count(f"| `{key}` |") == 1, key
+        assert page.count(f"| {key_cell(key)} |") == 1, key
 
 
 keys = st.lists(
@@ -71,3 +71,13 @@ def test_schema_sections_keep_every_row_once_under_its_first_part(names):
             top = key.split(".")[0]
             assert section == (top if top in nested else "run")
             assert (kind, default, help_text) == ("int", "default 1", f"help of {key}")
+
+
+def test_a_config_key_breaks_only_after_a_dot():
+    """The reference's key column: code whose only break opportunities are the `<wbr>` after
+    each dot, and the site's CSS turns off code's break-anywhere for that class."""
+    assert key_cell("agents.N.options.max_tokens") == (
+        '<code class="config-key">agents.<wbr>N.<wbr>options.<wbr>max_tokens</code>'
+    )
+    css = (REPO / "docs" / "stylesheets" / "extra.css").read_text(encoding="utf-8")
+    assert "code.config-key" in css and "word-break: normal" in css

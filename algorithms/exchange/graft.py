@@ -145,7 +145,8 @@ class GraftOptions:
         default=False,
         metadata={
             "help": (
-                "Peer data comes from a stored trajectory log (SPEC §9): one-way, no balancing."
+                "Peer data comes from a stored trajectory log (the paper's §6.2): one-way, "
+                "no balancing."
             )
         },
     )
@@ -153,7 +154,7 @@ class GraftOptions:
 
 @register_strategy("graft")
 class GraftExchange(ExchangeStrategy):
-    """The GRAFT gate with every §7 ablation as an option."""
+    """The GRAFT gate with every ablation of the paper's Table 2 as an option."""
 
     options = GraftOptions
 

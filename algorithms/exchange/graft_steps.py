@@ -134,9 +134,7 @@ def check_option_conflicts(cfg: AlgorithmConfig, where: str) -> None:
             where, "admission", cfg.admission, "'compat' when compat=False (no scores to admit)"
         )
     if cfg.stored and cfg.balance:
-        raise require(
-            where, "balance", True, "False with stored=True (a stored log is one-way, SPEC §9)"
-        )
+        raise require(where, "balance", True, "False with stored=True (a stored log is one-way)")
     if cfg.candidates == "any_success" and cfg.balance:
         raise require(
             where,

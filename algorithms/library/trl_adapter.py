@@ -149,7 +149,7 @@ class GraftGRPOTrainer(GRPOTrainer):
         if self.scale_rewards not in ADVANTAGE_SCALES:
             raise ValueError(
                 f"GraftGRPOTrainer: scale_rewards={self.scale_rewards!r} normalises over the "
-                "batch, but a peer group carries its own group's advantages (GRAFT-SPEC §3): "
+                "batch, but a peer group carries its own group's advantages: "
                 "use 'group' or 'none'"
             )
         if self.multi_objective_aggregation != "sum_then_normalize":
@@ -257,8 +257,8 @@ class GraftGRPOTrainer(GRPOTrainer):
         wrong = rewards[(rewards != 0) & (rewards != 1)]
         if wrong.size:
             raise ValueError(
-                f"GraftGRPOTrainer: the gate needs binary rewards (1 correct, 0 not: GRAFT-SPEC "
-                f"§1), got total reward {wrong[0]:g}: use math_reward or a 0/1 correctness reward"
+                f"GraftGRPOTrainer: the gate needs binary rewards (1 correct, 0 not), "
+                f"got total reward {wrong[0]:g}: use math_reward or a 0/1 correctness reward"
             )
         mask = batch["completion_mask"].bool().cpu()
         ids = [

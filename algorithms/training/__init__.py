@@ -10,6 +10,7 @@ eval_settings     `EvalSettings`: how evaluation samples and which problems it d
 loop              `Trainer`: the common multi-agent loop (rollout, verify, exchange, update)
 memory_check      whether a run fits its GPUs before launch: the one-line refusal
 memory_plan/      what each policy holds on its GPU per phase of a step, from configs alone
+metric_docs       what each logged metric means: the docs site's metrics page
 metrics           per-step metrics and the metrics.jsonl log
 periodic_eval     evaluation during training and the best checkpoint per agent
 progress          the terminal progress bar of a run

@@ -1,4 +1,4 @@
-"""`graft eval`: evaluate one model on the benchmarks (GRAFT-SPEC §10) and write its reports.
+"""`graft eval`: evaluate one model on the benchmarks (the paper's protocol) and write its reports.
 
 Writes results.json (everything but the samples), results.csv (one row per benchmark and
 an average row), results.md (the table) and samples.jsonl (every sample) into --out. The

@@ -21,6 +21,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="train policies with an algorithm from the registry",
         description="Train N policies side by side; resumes from the run directory's newest "
         "intact checkpoint unless --fresh is given.",
+        epilog="Every run-config key can be set with --set KEY=VALUE. `graft config show` lists "
+        "them with their types, defaults and help; `--section env` or `--strategy graft` shows "
+        "one part.",
     )
     train.add_argument(
         "--config", default=str(DEFAULT_CONFIG), help=f"YAML run config (default: {DEFAULT_CONFIG})"

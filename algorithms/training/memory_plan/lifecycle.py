@@ -230,7 +230,7 @@ def format_gpu_plan(heading: str, gpu: GpuPlan, usable: float) -> list[str]:
         returned = gpu.returned_by_empty_cache
         lines.append(
             f"    (empty_cache before waking returns {returned / GIB:.2f} GiB the update left "
-            "reserved; waking weights and KV cache at once without it, as before issue 37, "
+            "reserved; waking weights and KV cache at once without it "
             f"would need {(gpu.total(WAKE_KV) + returned) / GIB:.1f} GiB)"
         )
     if gpu.load_full_copy is not None:

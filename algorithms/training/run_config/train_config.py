@@ -204,7 +204,7 @@ def check_stored_source(config: TrainConfig, name: str, stored: bool) -> None:
     if stored and len(config.agents) != 1:
         raise ConfigError(
             f"algorithm: {name!r} trains one receiver alone against a stored peer "
-            f"(GRAFT-SPEC §9); got live agents {[a.name for a in config.agents]}"
+            f"(the paper's §6.2); got live agents {[a.name for a in config.agents]}"
         )
 
 
