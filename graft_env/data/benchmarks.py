@@ -191,8 +191,8 @@ def load_benchmark(
 def choose_source(
     benchmark: Benchmark, split: str, data_dir: str | os.PathLike[str] | None, source: str
 ) -> str:
-    """ "files" or "hub" for `source`: "auto" is "files" when the data directory
-    (`find_data_dir`) holds the split's file, else "hub". A data directory that is named
+    """Where `source` reads from, "files" or "hub": "auto" is "files" when the data
+    directory (`find_data_dir`) holds the split's file, else "hub". A data directory that is named
     but missing is an error, not a reason to go to the Hub."""
     if source not in SOURCES:
         raise DatasetError(f"source must be one of {list(SOURCES)}, got {source!r}")
