@@ -26,6 +26,7 @@ presets           every registry entry: a base config and the options each varia
 registry          names -> algorithms: `register`, `configure`, `make`, `available`
 rollouts          policy generations + verdicts -> `AgentRollouts`, and the per-step seeds
 storage/          what runs write and read back: the trajectory store, digests, YAML schemas
+testing           what a strategy's tests need: hand-made rollouts, a scorer, gate-biased counts
 training/         the common multi-agent training loop and everything a run needs
 """
 

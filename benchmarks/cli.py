@@ -27,6 +27,7 @@ COMMAND_MODULES = {
     "compare": "benchmarks.commands.compare",
     "library": "benchmarks.commands.library",
     "plan": "benchmarks.commands.plan",
+    "data": "benchmarks.commands.data",
 }
 PROGRESS_BARS_VAR = "HF_HUB_DISABLE_PROGRESS_BARS"  # huggingface_hub's, read by transformers
 # What an interrupted command leaves behind, and how to go on from there.
@@ -34,25 +35,6 @@ RESUME_HINTS = {
     "train": "rerun the same command to resume from the newest checkpoint in {run_dir}",
     "compare": "rerun the same command: finished cells are kept, the interrupted one resumes",
 }
-
-
-def _cmd_data_list(args: argparse.Namespace) -> int:
-    from graft_env import data
-
-    for name in data.available():
-        print(name)
-    return 0
-
-
-def _cmd_data_show(args: argparse.Namespace) -> int:
-    from graft_env import data
-
-    options = {"size": args.limit} if args.name == "procedural" else {}
-    problems = data.load(args.name, split=args.split, data_dir=args.data_dir, **options)
-    print(f"{args.name}: {len(problems)} problems")
-    for problem in problems[: args.limit]:
-        print(f"\n[{problem.id}] gold: {problem.answer}\n{problem.problem}")
-    return 0
 
 
 def _cmd_config_show(args: argparse.Namespace) -> int:
@@ -124,17 +106,6 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
-    data_cmd = commands.add_parser("data", help="list and inspect datasets")
-    data_sub = data_cmd.add_subparsers(dest="data_command", required=True)
-    data_sub.add_parser("list", help="registered dataset names").set_defaults(func=_cmd_data_list)
-    show = data_sub.add_parser("show", help="load a dataset and print a few problems")
-    show.add_argument("name")
-    show.add_argument("--split", default=None)
-    show.add_argument(
-        "--data-dir", default=None, help="default: $GRAFT_DATA_DIR, else the checkout's data"
-    )
-    show.add_argument("--limit", type=int, default=3)
-    show.set_defaults(func=_cmd_data_show)
     _add_config_parser(commands)
 
     for name, module in COMMAND_MODULES.items():

@@ -5,7 +5,11 @@ evaluation and comparison tests a tiny random-init policy, a scripted Policy tes
 and the shared verifier pool.
 
 Every checkout has the read-only benchmark files at `../shared/data` next to the
-project root (see that folder's README); `$GRAFT_DATA_DIR` points elsewhere. The tiny
+project root (see that folder's README); `$GRAFT_DATA_DIR` points elsewhere, and `graft data
+fetch` writes them where the loaders look too. A test that needs them takes the `data_dir`
+fixture, which skips it, saying why, when they are absent; with GRAFT_REQUIRE_DATA=1 (CI) it
+fails instead, so a run that lost its data cannot pass on skips. No test reads the network:
+the Hugging Face Hub is set offline for the session (models and datasets). The tiny
 model is built like tests/graft_env/policies/conftest.py does (random init, saved to a
 temporary directory, loaded through the real HFPolicy path) but with room for a real
 MATH500 prompt (1,024 positions).
@@ -22,6 +26,11 @@ heads a run's report without -q).
 from __future__ import annotations
 
 import os
+
+# Before transformers, huggingface_hub or datasets is imported: they read these once.
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_DATASETS_OFFLINE"] = "1"
+
 import subprocess
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -32,7 +41,9 @@ import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
-from graft_env.data import Problem
+from graft_env.data import DatasetError, Problem
+from graft_env.data.benchmarks import BENCHMARKS
+from graft_env.data.files import find_data_dir, how_to_get_data
 from graft_env.policies import Generation, HFPolicy, HFPolicyOptions, SamplingParams
 from graft_env.policies.tiny.models import TinyShape, build_model
 from graft_env.policies.tiny.tokenizer import CHATML_STYLE, train_tokenizer
@@ -49,15 +60,30 @@ def pytest_report_header(config: pytest.Config) -> str:
     return f"hypothesis: profile {settings.get_current_profile_name()}, seed {seed}"
 
 
-DEFAULT_DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+REQUIRE_DATA_ENV = "GRAFT_REQUIRE_DATA"
 
 
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
-    path = Path(os.environ.get("GRAFT_DATA_DIR") or DEFAULT_DATA_DIR)
-    if not path.is_dir():
-        pytest.fail(f"benchmark data not found at {path}; set GRAFT_DATA_DIR to its folder")
+    """The data directory the loaders find (`graft_env.data.files.find_data_dir`), with every
+    benchmark file; else the test is skipped with the reason (failed under
+    GRAFT_REQUIRE_DATA=1)."""
+    try:
+        path = find_data_dir()
+    except DatasetError as error:
+        return _no_data(str(error))
+    if path is None:
+        return _no_data(f"no benchmark data directory: {how_to_get_data()}")
+    missing = [name for b in BENCHMARKS for name in b.files.values() if not (path / name).is_file()]
+    if missing:
+        return _no_data(f"benchmark data at {path} lacks {', '.join(missing)}")
     return path
+
+
+def _no_data(reason: str) -> Path:
+    if os.environ.get(REQUIRE_DATA_ENV) == "1":
+        pytest.fail(f"{reason} ({REQUIRE_DATA_ENV}=1: data tests must not skip)")
+    pytest.skip(reason)
 
 
 @pytest.fixture(scope="session", autouse=True)

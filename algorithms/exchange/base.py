@@ -212,6 +212,11 @@ def register_strategy(name: str) -> Callable[[type[ExchangeStrategy]], type[Exch
     return add
 
 
+def strategy_classes() -> dict[str, type[ExchangeStrategy]]:
+    """Registered strategy name -> its class, in registration order."""
+    return dict(_STRATEGIES)
+
+
 def rebuild_config(values: Mapping[str, Any]) -> AlgorithmConfig:
     """The config pickled as `values` (`AlgorithmConfig.__reduce__`): unpickling imports this
     module, and with it algorithms.exchange's built-in strategies."""

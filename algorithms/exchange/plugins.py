@@ -13,7 +13,8 @@ A strategy module registers itself when imported (`register_strategy`, and usual
   "topk"), is loaded with this package (`load_entry_points`), so its names are in
   `algorithms.available()` and `graft config show`.
 
-An entry point that fails to load, or registers no strategy of its name, is skipped with a
+An entry point that fails to load, or does not itself register a strategy of its name (a
+strategy of that name registered by anything else does not count), is skipped with a
 one-line warning naming it and its distribution, and the same line is the error when its
 name is used (`failed_entry_point`, read by `algorithms.registry.preset`): one broken
 installed plugin must not stop `import algorithms` (and every other algorithm, `graft eval`,
@@ -26,7 +27,7 @@ import importlib
 import importlib.metadata
 import pkgutil
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 ENTRY_POINT_GROUP = "graft.strategies"
 _FAILED: dict[str, str] = {}
@@ -63,19 +64,36 @@ def failed_entry_point(name: str) -> str | None:
 
 
 def _load_problem(entry: importlib.metadata.EntryPoint) -> str | None:
-    """Why `entry` is not usable: it fails to load, or registers no strategy by its name."""
-    from algorithms.config import strategy_names
+    """Why `entry` is not usable: it fails to load, or what it registers (`_registered_by`)
+    has no strategy of its name."""
+    from algorithms.exchange.base import strategy_classes
 
+    before = strategy_classes()
     try:
-        loaded = entry.load()
+        entry.load()
     except Exception as error:
         first = (str(error).strip().splitlines() or [""])[0]
         return f"failed to load: {type(error).__name__}: {first}"
-    if entry.name in strategy_names():
+    registered = _registered_by(entry, before, strategy_classes())
+    if entry.name in registered:
         return None
-    strategy = vars(loaded).get("name") if isinstance(loaded, type) else None
-    loads = f" (it loads strategy {strategy!r})" if strategy else ""
+    names = ", ".join(repr(name) for name in registered)
+    what = f" (it registers strategy {names})" if registered else " (it registers no strategy)"
     return (
-        f"registers no strategy named {entry.name!r}{loads}; name the entry point after the "
+        f"registers no strategy named {entry.name!r}{what}; name the entry point after the "
         "strategy it registers"
     )
+
+
+def _registered_by(
+    entry: importlib.metadata.EntryPoint, before: Mapping[str, type], after: Mapping[str, type]
+) -> list[str]:
+    """The strategies `entry` registered: those its loading added, and those defined in its
+    module or below it (registered when the module was first imported, e.g. by an earlier
+    entry point of the same module)."""
+    module = entry.module
+    return [
+        name
+        for name, cls in after.items()
+        if name not in before or cls.__module__ == module or cls.__module__.startswith(f"{module}.")
+    ]

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, Strict
 
 from algorithms.storage.yaml_schema import Count, Flag, Positive, Share, Text
+from graft_env.data.benchmarks import SOURCES
 from graft_env.eval.protocol import PROTOCOL
 
 Temperature = Annotated[float, Strict(), Field(gt=0, le=100)]
@@ -42,6 +43,13 @@ class EvalSettings:
         default_factory=dict,
         metadata={"help": "options of procedural/<skill> sets, e.g. {difficulty: 1}"},
     )
+    source: Literal[SOURCES] = field(
+        default="auto",
+        metadata={
+            "help": "where benchmark sets are read: files (the data directory), hub (the "
+            "Hugging Face Hub) or auto (the file if the data directory has it, else the Hub)"
+        },
+    )
 
 
 @dataclass(frozen=True)
@@ -66,6 +74,14 @@ others choose the problems, before it runs)."""
 def sampling_args(settings: EvalSettings) -> dict[str, Any]:
     """`settings`' arguments for `evaluate(policy, sets, **sampling_args(settings))`."""
     return {name: getattr(settings, name) for name in SAMPLING}
+
+
+def as_recorded(section: Mapping[str, Any]) -> dict[str, Any]:
+    """An evaluation section (a dict of EvalSettings fields and more) as run and cell hashes
+    and resume checks compare it: `source` is left out at its default, auto, so that the
+    runs and cells recorded before it existed (which read the files, as auto does wherever
+    they are) stay current; files or hub, named, count."""
+    return {k: v for k, v in section.items() if not (k == "source" and v == default("source"))}
 
 
 def default(name: str) -> Any:

@@ -54,9 +54,11 @@ def eval_sets(
     limit: int | None,
     procedural: Mapping[str, Any] | None = None,
     distinct: bool = False,
+    source: str = "auto",
 ) -> dict[str, list[Problem]]:
     """Problems per named set (the first `limit`); `procedural/<skill>` is that skill's
-    held-out test set, generated with the `procedural` options (difficulty, seed).
+    held-out test set, generated with the `procedural` options (difficulty, seed). The
+    other sets are read from `source` (`graft_env.data.benchmarks.choose_source`).
 
     distinct: keep only the first occurrence of each problem text among those `limit`
     (a small procedural level draws the same question several times: 200 level-1
@@ -72,7 +74,7 @@ def eval_sets(
             options = {"size": limit or 100, **(procedural or {})}
             sets[name] = load("procedural", "test", skills=[skill], **options)
         else:
-            problems = load(name, data_dir=data_dir)
+            problems = load(name, data_dir=data_dir, source=source)
             sets[name] = problems[:limit] if limit else problems
     if distinct:
         sets = {name: _distinct(problems) for name, problems in sets.items()}
@@ -96,7 +98,9 @@ class PeriodicEvaluator:
         self.spec = spec
         self.best_dir = run_dir / "best"
         self.sets = (
-            eval_sets(spec.datasets, data_dir, spec.limit, spec.procedural, spec.distinct)
+            eval_sets(
+                spec.datasets, data_dir, spec.limit, spec.procedural, spec.distinct, spec.source
+            )
             if spec.every
             else {}
         )

@@ -1,12 +1,13 @@
 """The `graft` job subcommands, one module each: `graft X` runs `benchmarks.commands.X`
-(`graft config` and `graft data` are small enough to live in `benchmarks.cli`; what
-`graft config show` prints is `config_show`'s).
+(`graft config` is small enough to live in `benchmarks.cli`; what `graft config show`
+prints is `config_show`'s).
 Each has `add_parser(subparsers)`; `benchmarks.cli` imports only the one named.
 
 Modules:
 
 compare           `graft compare`: run a comparison grid and report it
 config_show       `graft config show`: the config schema by section and strategy, wrapped
+data              `graft data`: list, inspect and download the datasets
 eval              `graft eval`: evaluate one model on the benchmarks
 library           `graft library`: build, import into and inspect trajectory libraries
 plan              `graft plan`: the memory plan of a run config on its GPUs, before anything loads

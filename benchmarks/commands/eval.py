@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from algorithms.training import eval_settings
+from benchmarks.commands.data import DATA_DIR_HELP, add_source_option
 from graft_env.eval.protocol import PROTOCOL
 
 if TYPE_CHECKING:  # the harness imports torch: only `run` needs it, not `graft eval --help`
@@ -66,7 +67,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "--limit", type=at_least(1), default=None, help="first N problems per set (default: all)"
     )
     option(parser, "seed", at_least(0), " of the first repeat")
-    parser.add_argument("--data-dir", default=None, help="default: $GRAFT_DATA_DIR")
+    parser.add_argument("--data-dir", default=None, help=DATA_DIR_HELP)
+    add_source_option(parser)
     parser.add_argument("--out", default=None, help="default: runs/eval/<model name>")
     parser.add_argument(
         "--batch-size",
@@ -222,9 +224,8 @@ def run(args: argparse.Namespace) -> int:
         apply_override(options, assignment)
     check_policy_options(options, "--option")
     # every set read before the model loads: a typo or a missing file fails in a second
-    sets = eval_sets(
-        datasets, args.data_dir, args.limit, procedural_options(args.procedural, datasets)
-    )
+    procedural = procedural_options(args.procedural, datasets)
+    sets = eval_sets(datasets, args.data_dir, args.limit, procedural, source=args.source)
     out_dir = Path(args.out) if args.out else default_out_dir(args.model)
     out_dir.mkdir(parents=True, exist_ok=True)  # fail before hours of sampling, not after
     for name in OUTPUT_FILES:  # an earlier run's files must not pass for this one's
@@ -235,7 +236,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--option: {error}") from error
 
     def described(result: EvalResult) -> EvalResult:
-        return replace(result, config={**result.config, "model": args.model, "options": options})
+        described = {"model": args.model, "options": options, "source": args.source}
+        return replace(result, config={**result.config, **described})
 
     latest: EvalResult | None = None  # the result after the newest batch
 

@@ -35,7 +35,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "plan",
         help="the memory plan of a run config per GPU; refuses one that does not fit",
         description="Size what every policy holds on its GPU in each phase of a step, from "
-        "the model configs alone (no weights are loaded, nothing is downloaded).",
+        "the model configs alone (no weights are loaded, nothing is downloaded, no benchmark "
+        "data is read).",
     )
     plan.add_argument("config", help="YAML run config")
     plan.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
@@ -65,7 +66,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    config = load_config(args.config, args.overrides)
+    config = load_config(args.config, args.overrides, read_data=False)  # sizes need no data
     capacity, count = (args.gpu_memory or 0.0) * memory_plan.GIB, args.gpus
     if args.gpu_memory is None:
         capacity, found = memory_plan.found_gpus()

@@ -38,7 +38,8 @@ def eval_problems(grid: GridSpec, limit: int | None) -> dict[str, list[Problem]]
     """The grid's evaluation sets, first `limit` problems each (`procedural/<skill>`:
     the skill's held-out test split with the grid's procedural options)."""
     data_dir = (grid.base.get("env") or {}).get("data_dir")
-    return eval_sets(grid.eval.sets, data_dir, limit, grid.eval.procedural, grid.eval.distinct)
+    plan = grid.eval
+    return eval_sets(plan.sets, data_dir, limit, plan.procedural, plan.distinct, plan.source)
 
 
 def _write_json(path: Path, data: Mapping[str, Any]) -> None:

@@ -42,7 +42,7 @@ from typing import Any
 
 import algorithms
 from algorithms.exchange.base import options_read
-from algorithms.training.eval_settings import EvalSettings
+from algorithms.training.eval_settings import EvalSettings, as_recorded
 from algorithms.training.run_config import TrainConfig, config_from_dict, without_inert_eval
 from benchmarks.compare.grid import (
     AlgorithmEntry,
@@ -250,7 +250,7 @@ def make_cell(
         "train": train,
         "stored_peer": [source.cell_id, source.config_hash] if source else None,
         **({"library": [[c.cell_id, c.config_hash] for c in library]} if library else {}),
-        "eval": dataclasses.asdict(grid.eval),
+        "eval": as_recorded(dataclasses.asdict(grid.eval)),
         "models": {
             a: identities.get(m) or model_identity(m, options[a]) for a, m in agents.items()
         },

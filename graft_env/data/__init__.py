@@ -2,7 +2,7 @@
 and a procedural arithmetic family for fast tests and tiny models.
 
     from graft_env.data import load, available
-    problems = load("math500", data_dir="../shared/data")   # or set $GRAFT_DATA_DIR
+    problems = load("math500")   # data_dir=... or $GRAFT_DATA_DIR, else the Hub (source=)
     practice = load("procedural", "train", skills=["addition", "gcd"], size=100)
 
 Importing this package registers every built-in dataset.
@@ -11,6 +11,7 @@ Modules:
 
 benchmarks        the real datasets: the five evaluation benchmarks, MATH train and GSM8K
 boxed             find the final answer a solution put in \\boxed{...} (or \\fbox{...})
+fetch             download the benchmarks from the Hugging Face Hub into a data directory
 files             where the data directory is; reading its JSONL files row by row
 normalise         one raw benchmark row -> a `Problem`
 problem           the record every loader returns, and the error they raise

@@ -24,7 +24,7 @@ import torch
 from graft_env.policies.base import FINISH_REASONS, Done, Generation, LossFn, SamplingParams
 from graft_env.policies.forward import packing_error, response_logprobs
 from graft_env.policies.generation import sample
-from graft_env.policies.loading import DTYPES, load_model, load_tokenizer
+from graft_env.policies.loading import DTYPES, is_hub_id, load_model, load_tokenizer
 from graft_env.policies.micro_batches import micro_batches
 from graft_env.policies.options import HFPolicyOptions
 from graft_env.policies.packed import PackedWeights
@@ -49,11 +49,8 @@ class HFPolicy:
     ) -> None:
         self.options = options or HFPolicyOptions()
         self.path = str(model_path)
-        if self.options.local_files_only and not Path(self.path).exists():
-            raise FileNotFoundError(
-                f"model path {self.path!r} does not exist (local_files_only=True: "
-                "hub ids are not downloaded)"
-            )
+        if not Path(self.path).exists() and not is_hub_id(self.path):
+            raise FileNotFoundError(f"model path {self.path!r} does not exist")
         if self.options.packed_decode and not torch.backends.mkldnn.is_available():
             raise ValueError("HFPolicyOptions.packed_decode: this torch build has no oneDNN")
         self.name = name or Path(self.path).name

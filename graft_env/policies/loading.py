@@ -7,6 +7,9 @@ log-probs would not match the training forward.
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import torch
 from transformers import (
     AutoConfig,
@@ -19,6 +22,36 @@ from transformers import (
 from graft_env.policies.options import DTYPE_NAMES, HFPolicyOptions
 
 DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
+# A Hugging Face Hub id, "owner/name", as opposed to a path to a local directory.
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+
+
+def is_hub_id(path: str) -> bool:
+    """Whether `path` reads as a Hub id ("Qwen/Qwen3-1.7B"), not a filesystem path."""
+    return HUB_ID.fullmatch(path) is not None
+
+
+def load_error(what: str, path: str, options: HFPolicyOptions, error: Exception) -> ValueError:
+    """Why `what` (a tokenizer, a causal LM) could not be loaded from `path`, in one line; for
+    a Hub id that is not on disk, how to get it (offline, or `local_files_only`)."""
+    if not is_hub_id(path) or Path(path).exists():
+        return ValueError(f"cannot load {what} from {path!r}: {error}")
+    first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    if options.local_files_only:
+        fix = (
+            "local_files_only is true, so only the Hugging Face cache is read: set it false "
+            f"(--option local_files_only=false) to download it, or download it first "
+            f"(hf download {path})"
+        )
+    else:
+        fix = (
+            f"download it first where the Hub can be reached (hf download {path}; with "
+            "HF_HUB_OFFLINE=1 only the cache is read), or point the model at a local directory"
+        )
+    return ValueError(
+        f"cannot load {what} {path!r}: not in the Hugging Face cache and not downloaded "
+        f"({first}); {fix}"
+    )
 
 
 def load_tokenizer(path: str, options: HFPolicyOptions) -> PreTrainedTokenizerBase:
@@ -26,7 +59,7 @@ def load_tokenizer(path: str, options: HFPolicyOptions) -> PreTrainedTokenizerBa
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=options.local_files_only)
     except (OSError, ValueError) as err:
-        raise ValueError(f"cannot load a tokenizer from {path!r}: {err}") from err
+        raise load_error("a tokenizer", path, options, err) from err
     if tokenizer.eos_token_id is None:
         raise ValueError(
             f"tokenizer at {path!r} has no EOS token: generation could not stop and "
@@ -54,7 +87,7 @@ def load_model(path: str, options: HFPolicyOptions) -> torch.nn.Module:
             **attention,
         )
     except (OSError, ValueError, ImportError) as err:  # ImportError: flash-attn not installed
-        raise ValueError(f"cannot load a causal LM from {path!r}: {err}") from err
+        raise load_error("a causal LM", path, options, err) from err
     for module in model.modules():
         if isinstance(module, torch.nn.Dropout):
             module.p = 0.0

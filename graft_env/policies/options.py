@@ -153,8 +153,11 @@ class HFPolicyOptions:
         },
     )
     local_files_only: Flag = field(
-        default=True,
-        metadata={"help": "never contact the model hub (the default on these machines)"},
+        default=False,
+        metadata={
+            "help": "read a Hugging Face Hub id only from the local Hugging Face cache, never "
+            "downloading it (false: download it once, then read the cache)"
+        },
     )
     packed_decode: Flag = field(
         default=False,

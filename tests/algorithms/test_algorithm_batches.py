@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from exchange_fixtures import PAIR, N, TextScorer, make_rollouts, run_exchange
 
 import algorithms
+from algorithms.testing import PAIR, N, TextScorer, make_rollouts, run_exchange
 
 
 def build(name: str, agents=PAIR, scorer=None, seed=0, **options):

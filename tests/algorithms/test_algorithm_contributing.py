@@ -7,10 +7,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from exchange_fixtures import N, TextScorer, make_rollouts
 
 import algorithms
 from algorithms.exchange import available_strategies
+from algorithms.testing import N, TextScorer, make_rollouts
 
 CONTRIBUTING = Path(__file__).resolve().parents[2] / "CONTRIBUTING.md"
 

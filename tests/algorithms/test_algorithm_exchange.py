@@ -11,16 +11,16 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from exchange_fixtures import (
+
+import algorithms
+from algorithms.exchange import ExchangeResult, ExchangeStats, ExchangeStrategy, make_strategy
+from algorithms.testing import (
     PAIR,
     N,
     TextScorer,
     make_rollouts,
     run_exchange,
 )
-
-import algorithms
-from algorithms.exchange import ExchangeResult, ExchangeStats, ExchangeStrategy, make_strategy
 
 # k per prompt. B->A candidates {0 (k_B=3), 1 (1), 2 (3)}; A->B candidates {4 (k_A=2)};
 # m = 1, so B->A keeps its best (k_B=3) plus the tie: prompts 0 and 2.

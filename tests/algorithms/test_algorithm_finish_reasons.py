@@ -8,10 +8,10 @@ from collections.abc import Sequence
 
 import numpy as np
 import pytest
-from exchange_fixtures import PAIR, N, TextScorer, make_rollouts
 
 import algorithms
 from algorithms.rollouts import append_groups, build_rollouts
+from algorithms.testing import PAIR, N, TextScorer, make_rollouts
 
 
 class EndingScorer(TextScorer):

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from exchange_fixtures import GEN_LOGP, PAIR, TextScorer, make_rollouts, run_exchange
+
+from algorithms.testing import GEN_LOGP, PAIR, TextScorer, make_rollouts, run_exchange
 
 DELTA = 0.8
 

@@ -11,13 +11,13 @@ import sys
 
 import numpy as np
 import pytest
-from exchange_fixtures import N, TextScorer, make_rollouts
 from worked_example import topk_example
 
 import algorithms
 import algorithms.config as config_module
 from algorithms.exchange import ExchangeStats, register_strategy
 from algorithms.exchange.graft import GraftExchange
+from algorithms.testing import N, TextScorer, make_rollouts
 from graft_env.schema import OptionError
 
 EXAMPLE, OPTION = "graft-best-k", "best_k"

@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 import torch
-from exchange_fixtures import GEN_LOGP, N, TextScorer, make_rollouts, run_exchange
 
 import algorithms
+from algorithms.testing import GEN_LOGP, N, TextScorer, make_rollouts, run_exchange
 
 
 def hacpo_advantages_by_hand(own: np.ndarray, peer: np.ndarray, omega_peer: float, eps=1e-6):

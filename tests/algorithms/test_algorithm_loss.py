@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from exchange_fixtures import PAIR, TextScorer, make_rollouts, run_exchange
 
 import algorithms
 from algorithms.core import clipped_surrogate, reference_kl
+from algorithms.testing import PAIR, TextScorer, make_rollouts, run_exchange
 
 EXTRA_PADDING = 2
 

@@ -8,9 +8,9 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-from exchange_fixtures import PAIR, run_exchange
 
 from algorithms.collate import collate
+from algorithms.testing import PAIR, run_exchange
 
 
 def corrected_batches():

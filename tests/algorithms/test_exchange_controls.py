@@ -7,7 +7,6 @@ from collections.abc import Sequence
 
 import numpy as np
 import pytest
-from exchange_fixtures import PAIR, N, TextScorer, make_rollouts, rewards_with_k, run_exchange
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -21,6 +20,7 @@ from algorithms.exchange.controls import (
     with_groups,
 )
 from algorithms.exchange.resample import ResamplingScorer
+from algorithms.testing import PAIR, N, TextScorer, make_rollouts, rewards_with_k, run_exchange
 from graft_env.types import AgentRollouts
 
 rewards_lists = st.lists(st.sampled_from([0.0, 1.0, 0.5]), min_size=1, max_size=16)

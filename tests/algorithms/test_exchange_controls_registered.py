@@ -10,9 +10,9 @@ to 1e-5 (Eq.1's epsilon makes 1/2 0.499999), the stats to 1e-6."""
 from __future__ import annotations
 
 import pytest
-from exchange_fixtures import PAIR, N, TextScorer, make_rollouts, run_exchange
 
 from algorithms.exchange.resample import ResamplingScorer
+from algorithms.testing import PAIR, N, TextScorer, make_rollouts, run_exchange
 from graft_env.types import AgentRollouts, TransferredGroup
 
 MAX_ROUND = 8  # the twin's TWIN_MAX_ROUNDS at 9678cbf

@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from algorithms.training.eval_settings import as_recorded
+
 # Settings that do not change what a run computes, so a resume may change them: where the
 # run lives (a moved or copied run resumes), how far it goes (step t's prompts and seeds
 # depend on t, not on the total, so a finished run extends exactly), how often it
@@ -39,10 +41,13 @@ def _differences(theirs: Any, ours: Any, path: str) -> Iterator[str]:
 def without_inert_eval(data: Mapping[str, Any]) -> dict[str, Any]:
     """A `TrainConfig.to_dict()` form whose `eval` section is just `{every: 0}` when no
     evaluation runs: its other settings then change nothing (and their defaults may move,
-    as the SPEC §10 token cap did, without making old runs unresumable or stale)."""
+    as the SPEC §10 token cap did, without making old runs unresumable or stale); else the
+    section as `eval_settings.as_recorded` compares it."""
     section = data.get("eval")
     if isinstance(section, Mapping) and not section.get("every"):
         return {**data, "eval": {"every": 0}}
+    if isinstance(section, Mapping):
+        return {**data, "eval": as_recorded(section)}
     return dict(data)
 
 

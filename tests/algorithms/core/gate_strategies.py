@@ -1,11 +1,6 @@
-"""Hypothesis strategies for the gate's success counts, biased so properties reach its rules.
-
-Counts drawn uniformly from 0..n rarely make a receiver fail a prompt its peer half-solved in
-both directions at once, and almost never tie at the m-th candidate, so the balancing and
-ties rules of GRAFT-SPEC §2 (Alg.1) went mostly unexercised. Here each prompt draws a
-pattern first: the receiver failed and the source is informative (either direction), both
-failed, the source passed all n, or any counts at all (so every table stays reachable), and
-informative counts come from one or two levels per example, so ties are common. `gate_rules`
+"""Which of the gate's rules (GRAFT-SPEC §2, Alg.1) an example of success counts reaches, for
+the gate-biased count strategies of `algorithms.testing` (`count_pairs`, `count_tables`),
+which exist so that the balancing and ties rules are exercised. `gate_rules`
 names the rules an example reaches; `label_gate_rules` records them as `hypothesis.event`s
 (`pytest --hypothesis-show-statistics` prints their shares per test).
 """
@@ -24,78 +19,6 @@ RULES = ("moves", "balancing", "ties", "all-pass source")
 """What an example can reach: some prompt moves (m >= 1); balancing drops a candidate
 (m < |C| in a direction); the ties rule keeps more than m (a tie at the m-th); a receiver
 all-fail prompt whose source passed all n (moves only under candidates='any_success')."""
-
-# Per-prompt patterns, repeated to weight them: hypothesis shrinks towards the first one.
-_PATTERNS = (
-    *("both fail", "a informs b", "b informs a", "a informs b", "b informs a"),
-    *("all pass", "any"),
-)
-
-
-@st.composite
-def group_size(draw: st.DrawFn, largest: int = 8) -> int:
-    """n, small values (where every informative count ties) more often than large ones."""
-    return draw(st.one_of(st.sampled_from([2, 3, 4]), st.integers(1, largest)))
-
-
-@st.composite
-def _informative(draw: st.DrawFn, n: int, levels: list[int]) -> int:
-    """1 <= k < n from the example's few levels (ties), or any such k; 0 when n = 1."""
-    if n == 1:
-        return 0
-    return draw(st.one_of(st.sampled_from(levels), st.integers(1, n - 1)))
-
-
-@st.composite
-def _levels(draw: st.DrawFn, n: int) -> list[int]:
-    """One or two informative counts that most of an example's informative groups share."""
-    return draw(st.lists(st.integers(1, max(n - 1, 1)), min_size=1, max_size=2))
-
-
-@st.composite
-def _prompt(draw: st.DrawFn, n: int, levels: list[int]) -> tuple[int, int]:
-    """(k_a, k_b) of one prompt, by pattern."""
-    pattern = draw(st.sampled_from(_PATTERNS))
-    if pattern == "both fail":
-        return 0, 0
-    if pattern == "all pass":
-        passed = (n, 0)
-        return passed if draw(st.booleans()) else passed[::-1]
-    if pattern == "any":
-        return draw(st.integers(0, n)), draw(st.integers(0, n))
-    informed = draw(_informative(n, levels))
-    return (informed, 0) if pattern == "a informs b" else (0, informed)
-
-
-@st.composite
-def count_pairs(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray, int]:
-    """Success counts (k_a, k_b) of two models on one prompt batch with group size n."""
-    n = draw(group_size())
-    levels = draw(_levels(n))
-    size = draw(st.integers(0, 24))  # not st.lists' own sizes, mostly too short to tie
-    prompts = draw(st.lists(_prompt(n, levels), min_size=size, max_size=size))
-    k = np.array(prompts, dtype=np.int64).reshape(-1, 2)
-    return k[:, 0].copy(), k[:, 1].copy(), n
-
-
-@st.composite
-def count_tables(draw: st.DrawFn) -> tuple[np.ndarray, int]:
-    """Success counts k [agents, prompts] of N models with group size n: each cell fails
-    (most often), is informative at the example's levels, passes all n, or is any count."""
-    n = draw(group_size(largest=6))
-    agents = draw(st.one_of(st.sampled_from([2, 3]), st.integers(1, 4)))
-    prompts = draw(st.integers(0, 16))
-    levels = draw(_levels(n))
-    cell = st.sampled_from(["fail", "informative", "fail", "informative", "all pass", "any"])
-    cells = []
-    for kind in draw(st.lists(cell, min_size=agents * prompts, max_size=agents * prompts)):
-        if kind == "informative":
-            cells.append(draw(_informative(n, levels)))
-        elif kind == "any":
-            cells.append(draw(st.integers(0, n)))
-        else:
-            cells.append(n if kind == "all pass" else 0)
-    return np.array(cells, dtype=np.int64).reshape(agents, prompts), n
 
 
 def _direction(k_source: np.ndarray, k_receiver: np.ndarray, n: int) -> np.ndarray:

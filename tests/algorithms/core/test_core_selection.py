@@ -10,8 +10,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from gate_strategies import (
-    count_pairs,
-    count_tables,
     gate_rules,
     label_gate_rules,
     pair_rules,
@@ -29,6 +27,7 @@ from algorithms.core import (
     sgt_pairs,
 )
 from algorithms.core.selection import CANDIDATE_RULES
+from algorithms.testing import count_pairs, count_tables
 
 SETTINGS = settings(max_examples=100, deadline=None)
 

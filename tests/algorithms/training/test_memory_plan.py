@@ -297,3 +297,11 @@ def test_graft_train_logs_a_worker_groups_plan_as_unsharded(caplog, monkeypatch)
     with caplog.at_level("INFO"), pytest.raises(Launched):
         cli.main(["train", "--config", config])
     assert "unsharded; this run shards each over 2 GPUs" in caplog.text
+
+
+def test_plan_reads_no_benchmark_data(capsys, monkeypatch, tmp_path):
+    """The paper config trains on MATH: `graft plan` sizes it without reading a file (a data
+    directory that does not exist would stop any read)."""
+    monkeypatch.setenv("GRAFT_DATA_DIR", str(tmp_path / "no-data"))
+    config = REPO / "configs" / "paper_smollm3_qwen3.yaml"
+    assert cli.main(["plan", str(config), "--gpu-memory", "141"]) == 0, capsys.readouterr().err

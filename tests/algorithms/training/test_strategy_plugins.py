@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -99,22 +100,24 @@ def test_an_installed_entry_point_is_listed_shown_and_trains(tiny_pair_paths, tm
     assert trained_steps(tmp_path / "run") == STEPS
 
 
-def installed(site: Path, module: str, entry: str) -> Path:
-    """`site` holding module graft_topk_plugin (text `module`) as distribution graft-topk-plugin
-    with the `graft.strategies` entry point `entry`, as pip leaves an installed package."""
-    dist = site / "graft_topk_plugin-0.1.dist-info"
+def installed(site: Path, module: str, entry: str, package: str = "graft_topk_plugin") -> Path:
+    """`site` holding module `package` (text `module`) as an installed distribution of that
+    name with the `graft.strategies` entry point `entry`, as pip leaves an installed
+    package."""
+    dist = site / f"{package}-0.1.dist-info"
     dist.mkdir(parents=True)
-    (site / "graft_topk_plugin.py").write_text(module, encoding="utf-8")
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: graft-topk-plugin\nVersion: 0.1\n")
+    (site / f"{package}.py").write_text(module, encoding="utf-8")
+    name = package.replace("_", "-")
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
     (dist / "entry_points.txt").write_text(f"[graft.strategies]\n{entry}\n")
     return site
 
 
-def python(code: str, site: Path) -> subprocess.CompletedProcess:
+def python(code: str, *sites: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-W", "always", "-c", code],
         cwd=REPO,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(REPO)])},
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([*map(str, sites), str(REPO)])},
         capture_output=True,
         text=True,
         timeout=300,
@@ -122,6 +125,36 @@ def python(code: str, site: Path) -> subprocess.CompletedProcess:
 
 
 USE = "import algorithms; print(algorithms.available()); algorithms.preset({name!r})"
+# A strategy really named `topk`, from a plugin of its own.
+REAL_TOPK = """from dataclasses import replace
+
+from algorithms.exchange import register_strategy
+from algorithms.exchange.graft import GraftExchange
+from algorithms.registry import preset, register
+
+
+@register_strategy("topk")
+class TopK(GraftExchange):
+    \"\"\"GRAFT under the name topk.\"\"\"
+
+
+register("topk")(lambda: replace(preset("graft"), exchange="topk"))
+"""
+
+
+def warnings_about(module: str, done: subprocess.CompletedProcess) -> list[str]:
+    """The warnings about entry points into `module`: whatever else is installed here may
+    warn too."""
+    return [line for line in done.stderr.splitlines() if "Warning" in line and module in line]
+
+
+def entry_point_line(name: str, problem: str) -> str:
+    """The one-line problem of entry point `name` into graft_topk_plugin:GraftTopK, up to the
+    distribution, whose name importlib.metadata may spell in more than one way."""
+    return (
+        rf"entry point {name!r} = 'graft_topk_plugin:GraftTopK' of group 'graft\.strategies' "
+        rf"\(distribution [^)]+\) {re.escape(problem)}"
+    )
 
 
 @pytest.mark.parametrize(
@@ -135,8 +168,8 @@ USE = "import algorithms; print(algorithms.available()); algorithms.preset({name
         (
             example(),
             "topk = graft_topk_plugin:GraftTopK",
-            f"registers no strategy named 'topk' (it loads strategy {NAME!r}); name the entry "
-            "point after the strategy it registers",
+            f"registers no strategy named 'topk' (it registers strategy {NAME!r}); name the "
+            "entry point after the strategy it registers",
         ),
     ],
 )
@@ -146,14 +179,25 @@ def test_a_broken_entry_point_is_one_warning_and_the_error_where_it_is_used(
     name = entry.split(" =")[0]
     done = python(USE.format(name=name), installed(tmp_path / "site", module, entry))
     assert "'grpo'" in done.stdout  # every other algorithm is still there
-    named = (
-        f"entry point {name!r} = 'graft_topk_plugin:GraftTopK' of group 'graft.strategies' "
-        f"(distribution graft-topk-plugin) {problem}"
-    )
-    warned = [line for line in done.stderr.splitlines() if "Warning" in line]
-    assert len(warned) == 1 and warned[0].endswith(f"RuntimeWarning: {named}; skipped"), warned
+    named = entry_point_line(name, problem)
+    warned = warnings_about("graft_topk_plugin:", done)
+    assert len(warned) == 1 and re.search(rf"RuntimeWarning: {named}; skipped$", warned[0]), warned
     assert done.returncode == 1
-    assert done.stderr.rstrip().splitlines()[-1] == f"ValueError: algorithm {name!r}: {named}"
+    assert re.fullmatch(rf"ValueError: algorithm {name!r}: {named}", done.stderr.splitlines()[-1])
+
+
+def test_an_entry_point_is_judged_by_what_it_registers_not_by_other_plugins(tmp_path):
+    """A strategy really named topk, from another plugin loaded first, does not make an entry
+    point named topk that registers another strategy pass."""
+    real = installed(tmp_path / "real", REAL_TOPK, "topk = real_topk:TopK", "real_topk")
+    wrong = installed(tmp_path / "wrong", example(), "topk = graft_topk_plugin:GraftTopK")
+    done = python(USE.format(name="topk"), real, wrong)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "'topk'" in done.stdout and f"'{NAME}'" in done.stdout
+    assert warnings_about("real_topk:", done) == []
+    problem = f"registers no strategy named 'topk' (it registers strategy {NAME!r})"
+    (warned,) = warnings_about("graft_topk_plugin:", done)
+    assert re.search(entry_point_line("topk", problem), warned), warned
 
 
 @pytest.fixture

@@ -150,16 +150,21 @@ def test_rows_without_ids_use_their_index(tmp_path: Path) -> None:
 
 def test_missing_directory_and_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("GRAFT_DATA_DIR", raising=False)
+    monkeypatch.setenv("GRAFT_CACHE_DIR", str(tmp_path / "cache"))  # no fetched data either
     monkeypatch.setattr(files, "CHECKOUT_DATA_DIR", tmp_path / "no-checkout-data")
-    with pytest.raises(DatasetError, match=r"pass data_dir=\.\.\. \(--data-dir\) or set \$GRAFT"):
-        load("math500")
+    for attempt in (resolve_data_dir, lambda: load("math500", source="files")):
+        with pytest.raises(DatasetError) as error:
+            attempt()
+        message = str(error.value)
+        assert message.startswith("no data directory: point --data-dir (data_dir=...) or $GRAFT")
+        assert f"`graft data fetch` (into {tmp_path / 'cache' / 'data'};" in message
     with pytest.raises(DatasetError, match=r"'.*nowhere' \(from data_dir\) does not exist"):
-        load("math500", data_dir=tmp_path / "nowhere")
+        load("math500", data_dir=tmp_path / "nowhere")  # auto too: a typo never goes to the Hub
     monkeypatch.setenv("GRAFT_DATA_DIR", str(tmp_path / "gone"))
     with pytest.raises(DatasetError, match=r"gone' \(from \$GRAFT_DATA_DIR\) does not exist"):
         resolve_data_dir()
     with pytest.raises(DatasetError, match=r"dataset file '.*math500/test\.jsonl' not found"):
-        load("math500", data_dir=tmp_path)
+        load("math500", data_dir=tmp_path, source="files")
     assert resolve_data_dir(tmp_path) == tmp_path
 
 
@@ -182,11 +187,14 @@ def test_unknown_name_split_option_and_source(data_dir: Path) -> None:
         load("math500", "train", data_dir=data_dir)
     with pytest.raises(DatasetError, match=r"unknown option\(s\) \['sauce'\]; .*'source'"):
         load("math500", data_dir=data_dir, sauce="hub")
-    with pytest.raises(DatasetError, match=r"source must be one of \['files', 'hub'\]"):
+    with pytest.raises(DatasetError, match=r"source must be one of \['auto', 'files', 'hub'\]"):
         load("math500", data_dir=data_dir, source="web")
 
 
 def test_hub_source_without_datasets_package(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "datasets", None)  # makes `import datasets` fail
-    with pytest.raises(DatasetError, match="needs the Hugging Face `datasets` package"):
+    with pytest.raises(DatasetError) as error:
         load("gsm8k", "train", source="hub")
+    message = str(error.value)
+    assert message.startswith("gsm8k (train): no local file, and reading the Hub copy needs the")
+    assert "--data-dir" in message and "`graft data fetch`" in message and "\n" not in message

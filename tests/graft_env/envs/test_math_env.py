@@ -1,15 +1,11 @@
 """The single-prompt Gymnasium environment against Gymnasium's own contract test."""
 
-from pathlib import Path
-
 import gymnasium
 import pytest
 from gymnasium.utils.env_checker import check_env
 
 import graft_env  # noqa: F401 - registers the environment
 from graft_env.data import Problem
-
-DATA_DIR = Path(__file__).resolve().parents[3].parent / "shared" / "data"
 
 PROBLEMS = [
     Problem(id="p0", problem="Compute 12 + 30.", answer="42", dataset="toy", extra={}),
@@ -57,8 +53,8 @@ def test_step_before_reset_is_an_error():
         make(dataset=PROBLEMS).step("\\boxed{1}")
 
 
-def test_loads_a_real_benchmark():
-    env = make(dataset="math500", data_dir=DATA_DIR)
+def test_loads_a_real_benchmark(data_dir):
+    env = make(dataset="math500", data_dir=data_dir)
     assert len(env.problems) == 500
     obs, info = env.reset(seed=3)
     assert info["dataset"] == "math500" and obs.endswith("\\boxed{}.\n")

@@ -89,6 +89,7 @@ def test_graft_eval_writes_all_files(tiny_model_dir, data_dir, tmp_path, capsys)
     data = json.loads((out / "results.json").read_text())
     assert data["config"]["model"] == str(tiny_model_dir)
     assert data["config"]["options"] == {"generation_batch_size": 4}
+    assert data["config"]["source"] == "auto"  # read from the files: the data directory has them
     assert data["config"]["max_new_tokens"] == 6 and data["config"]["repeats"] == 2
     aime_ids = [p.id for p in load("aime24", data_dir=data_dir)[:2]]
     assert data["benchmarks"]["aime24"]["problem_ids"] == aime_ids

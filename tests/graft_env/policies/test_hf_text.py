@@ -137,3 +137,18 @@ def test_prompt_longer_than_the_model_is_rejected(make_policy, model_dirs):
 def test_hf_policy_satisfies_the_policy_protocol(policy):
     assert isinstance(policy, Policy)
     assert policy.temperature == 1.0 and policy.name in ("gpt2", "llama")
+
+
+@pytest.mark.parametrize("local_files_only", [False, True])
+def test_a_hub_model_that_cannot_be_had_offline_says_how_to_get_it(local_files_only):
+    """The tests run with HF_HUB_OFFLINE=1 (tests/conftest.py): a Hub id not in the cache is one
+    line naming the fix."""
+    options = HFPolicyOptions(local_files_only=local_files_only)
+    with pytest.raises(ValueError) as error:
+        HFPolicy("graft-tests/no-such-model", options=options)
+    message = str(error.value)
+    assert message.startswith(
+        "cannot load a tokenizer 'graft-tests/no-such-model': not in the Hugging Face cache"
+    )
+    assert "hf download graft-tests/no-such-model" in message and "\n" not in message
+    assert ("--option local_files_only=false" in message) == local_files_only

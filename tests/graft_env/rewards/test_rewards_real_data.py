@@ -6,7 +6,6 @@ a gold that cannot verify against itself would make its prompt unsolvable.
 
 from __future__ import annotations
 
-import os
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,20 +15,12 @@ import pytest
 from graft_env.data import Problem, load
 from graft_env.rewards import VerifierPool
 
-DATA_DIR = Path(
-    os.environ.get("GRAFT_DATA_DIR")
-    or Path(__file__).resolve().parents[3].parent / "shared" / "data"
-)
 BENCHMARKS = ("math500", "aime24", "aime25", "amc23", "minerva")
 MATH_TRAIN_SAMPLE = 300
 SAMPLE_SEED = 0
 
 # Golds that math-verify genuinely cannot verify against themselves: id -> reason.
 KNOWN_UNVERIFIABLE: dict[str, str] = {}
-
-pytestmark = pytest.mark.skipif(
-    not DATA_DIR.is_dir(), reason=f"benchmark data directory {DATA_DIR} not found"
-)
 
 
 @pytest.fixture(scope="module")
@@ -50,13 +41,17 @@ def _self_verification_failures(pool: VerifierPool, problems: list[Problem]) -> 
 
 
 @pytest.mark.parametrize("name", BENCHMARKS)
-def test_benchmark_golds_verify_against_themselves(pool: VerifierPool, name: str) -> None:
-    problems = load(name, data_dir=DATA_DIR)
+def test_benchmark_golds_verify_against_themselves(
+    pool: VerifierPool, name: str, data_dir: Path
+) -> None:
+    problems = load(name, data_dir=data_dir)
     assert problems, f"{name} loaded no problems"
     assert _self_verification_failures(pool, problems) == []
 
 
-def test_math_train_sample_golds_verify_against_themselves(pool: VerifierPool) -> None:
-    problems = load("math_train", data_dir=DATA_DIR)
+def test_math_train_sample_golds_verify_against_themselves(
+    pool: VerifierPool, data_dir: Path
+) -> None:
+    problems = load("math_train", data_dir=data_dir)
     sample = random.Random(SAMPLE_SEED).sample(problems, MATH_TRAIN_SAMPLE)
     assert _self_verification_failures(pool, sample) == []
