@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import ast
 import importlib
+import importlib.metadata
 import importlib.util
 import os
 import sys
@@ -27,6 +28,7 @@ COMMAND_MODULES = {
     "compare": "benchmarks.commands.compare",
     "library": "benchmarks.commands.library",
     "plan": "benchmarks.commands.plan",
+    "env": "benchmarks.commands.env",
 }
 PROGRESS_BARS_VAR = "HF_HUB_DISABLE_PROGRESS_BARS"  # huggingface_hub's, read by transformers
 # What an interrupted command leaves behind, and how to go on from there.
@@ -81,6 +83,14 @@ def _cmd_config_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _version() -> str:
+    """The installed graft-rlvr's version (a checkout on PYTHONPATH alone has none)."""
+    try:
+        return importlib.metadata.version("graft-rlvr")
+    except importlib.metadata.PackageNotFoundError:
+        return "(not installed: a checkout on PYTHONPATH)"
+
+
 def _summary(module: str) -> str:
     """A command's one-line help: its module docstring's first line after the colon
     ("`graft train`: run ..." -> "run ..."), read without importing the module."""
@@ -122,6 +132,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="graft", description="GRAFT: cross-model trajectory exchange for RLVR."
     )
+    parser.add_argument("--version", action="version", version=f"graft {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     data_cmd = commands.add_parser("data", help="list and inspect datasets")

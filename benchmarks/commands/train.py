@@ -9,10 +9,10 @@ from pathlib import Path
 from algorithms.training.memory_check import check_before_launch, worker_group_ranks
 from algorithms.training.memory_plan import GIB
 from algorithms.training.run_config import load_config
+from benchmarks.config_files import default_config, find_config
 from graft_env.threads import resolve_threads, torch_threads
 
-# the study in miniature (issue 16): the testbed pair, built on first use
-DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "testbed_pair_graft.yaml"
+DEFAULT_CONFIG = default_config()  # the study in miniature: the testbed pair, built on first use
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -23,7 +23,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "intact checkpoint unless --fresh is given.",
     )
     train.add_argument(
-        "--config", default=str(DEFAULT_CONFIG), help=f"YAML run config (default: {DEFAULT_CONFIG})"
+        "--config",
+        type=find_config,
+        default=str(DEFAULT_CONFIG),
+        help="YAML run config: a path, or a shipped config's name (configs/X.yaml, X) "
+        f"(default: {DEFAULT_CONFIG.name}, the testbed pair's GRAFT run)",
     )
     train.add_argument(
         "--set",
