@@ -19,6 +19,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from benchmarks.config_files import find_config
 from graft_env import threads
 
 # name -> module with add_parser(commands); imported only when the command is the one given
@@ -120,7 +121,7 @@ def _add_config_parser(commands: argparse._SubParsersAction) -> None:
     check = sub.add_parser(
         "validate", help="check a run config (or --grid file) without loading any model"
     )
-    check.add_argument("file")
+    check.add_argument("file", type=find_config, help="a path, or a shipped config's name")
     check.add_argument("--grid", action="store_true", help="FILE is a graft compare grid")
     check.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     check.set_defaults(func=_cmd_config_validate)
