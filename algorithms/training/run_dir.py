@@ -135,8 +135,7 @@ class RunLog:
         if RunLog._current is not None:
             RunLog._current.close()
         RunLog._current = self
-        self.path = run_dir / RUN_LOG
-        self._handler = logging.FileHandler(self.path, encoding="utf-8")
+        self._handler = logging.FileHandler(run_dir / RUN_LOG, encoding="utf-8")
         self._handler.setFormatter(
             logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
         )

@@ -70,6 +70,8 @@ def test_fresh_deletes_a_run_directory_only_once_the_whole_config_is_valid(
     summary = capsys.readouterr().out  # the run's own output ends with the summary
     assert f"graft eval --model {run_dir / 'checkpoints'}" in summary
     assert "reward " in summary and "(step 0); last step" in summary  # one step: one end
+    log = (run_dir / RUN_LOG).read_text()  # the steps and the summary the terminal showed
+    assert "step 1/1  tiny-a r=" in log and f"graft eval --model {run_dir / 'checkpoints'}" in log
     assert (run_dir / MARKER).is_file()
     (run_dir / "stale.txt").write_text("from an earlier run")
     before = _files(run_dir)
@@ -125,6 +127,7 @@ def test_every_run_dir_mistake_is_refused_before_any_model_loads(tmp_path, capsy
         raise AssertionError("the models were made before the run directory was checked")
 
     monkeypatch.setattr(loop, "make_policies", no_models)
+    monkeypatch.setenv("GRAFT_CACHE_DIR", str(tmp_path / "empty-cache"))
     a_file = tmp_path / "a_file"
     a_file.write_text("not a run")
     config = _config_file(tmp_path, tmp_path / "run", steps=1)
