@@ -121,6 +121,15 @@ def holds_files(run_dir: Path) -> bool:
     )
 
 
+class _LogFile(logging.FileHandler):
+    """run.log's handler: a record it cannot write (a full disk) is left out of the file
+    without logging's traceback on stderr; the terminal has shown it, and the run's own
+    writes (metrics, checkpoints) report the disk in one line."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        pass
+
+
 class RunLog:
     """`run.log` in a run directory: every log record the run emits (what the terminal shows
     of them, at the levels logging is configured for; Python warnings too, routed through
@@ -135,7 +144,7 @@ class RunLog:
         if RunLog._current is not None:
             RunLog._current.close()
         RunLog._current = self
-        self._handler = logging.FileHandler(run_dir / RUN_LOG, encoding="utf-8")
+        self._handler = _LogFile(run_dir / RUN_LOG, encoding="utf-8")
         self._handler.setFormatter(
             logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
         )
