@@ -194,8 +194,7 @@ class Trainer:
             self.step = restore_checkpoint(path, state, self.policies, self.algorithm.strategy)
             log.info("resumed %s from %s (step %d)", self.run_dir, path, self.step)
             check_threads(path, state)
-        if self.store is not None:
-            self.store.verify(before_step=self.step)  # the steps this run keeps
+        if self.store is not None:  # its steps before self.step were verified by check_run_dir
             self.store.write_meta(self.stream)
         sink = WandbSink(self.config.wandb, self.run_dir, resolved) if self.config.wandb else None
         self.metrics = MetricsLog(self.run_dir, tensorboard=self.config.tensorboard, wandb=sink)

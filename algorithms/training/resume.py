@@ -41,15 +41,19 @@ def check_run_dir(
 ) -> tuple[Path, dict[str, Any]] | None:
     """Everything about `run_dir` that can refuse a run, checked before any model loads:
     that it can be used (`check_writable`; for "fresh", that it may be deleted), and for a
-    resume that it holds no other run's settings (`check_config`) and, if it holds
-    checkpoints, a usable one; returns that checkpoint (None: start at step 0)."""
+    resume that it holds no other run's settings (`check_config`), if it holds checkpoints
+    a usable one, and that the trajectories stored before it are intact; returns that
+    checkpoint (None: start at step 0)."""
     if start == "fresh":
         check_fresh(run_dir)
     check_writable(run_dir)
     if start != "resume":
         return None
     check_config(run_dir, ours)
-    return usable_checkpoint(run_dir)
+    found = usable_checkpoint(run_dir)
+    if found is not None and ours["store_trajectories"]:  # the stored steps the run keeps
+        TrajectoryStore(run_dir).verify(before_step=int(found[1]["step"]))
+    return found
 
 
 def check_config(run_dir: Path, ours: Mapping[str, Any]) -> None:
