@@ -61,13 +61,13 @@ def resolved_config(config: TrainConfig, algorithm: AlgorithmConfig) -> dict[str
 
 
 def flat(data: Any, prefix: str = "") -> dict[str, Any]:
-    """Nested plain data as `dotted.key: value` pairs (lists by index): TensorBoard's hparams
-    take one level of scalars."""
-    if isinstance(data, Mapping):
+    """Nested plain data as `dotted.key: value` pairs (lists by index; an empty list or
+    mapping is a value): TensorBoard's hparams take one level of scalars."""
+    if isinstance(data, Mapping) and data:
         items = data.items()
     elif isinstance(data, list) and data:
         items = ((str(index), value) for index, value in enumerate(data))
-    else:
+    else:  # a scalar, or an empty list or mapping: kept as it is
         return {prefix: data}
     out: dict[str, Any] = {}
     for key, value in items:
