@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import sys
 from importlib import metadata
 from typing import Any
 
@@ -83,5 +82,4 @@ def run(args: argparse.Namespace) -> int:
         shown = " ".join(value) if isinstance(value, list) else value
         print(f"{key:<{width}}  {shown}")
     print(f"{'gpus':<{width}}  {'; '.join(gpu_list) or 'none'}")
-    sys.stdout.flush()
     return 0
