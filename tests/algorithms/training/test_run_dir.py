@@ -169,11 +169,9 @@ def test_restart_keeps_the_earlier_files_when_every_checkpoint_is_unusable(
     longer = small_config(run_dir, "graft", steps=3)  # a change a resume may make
     with pytest.raises(ConfigError, match=r"none is usable.*--restart"):
         Trainer(longer, policies=fresh_policies("tiny-a", "tiny-b"))
-    trainer = Trainer(longer, policies=fresh_policies("tiny-a", "tiny-b"), start="restart")
+    command = ["train", "--config", str(_config_file(tmp_path, run_dir, steps=3)), "--restart"]
     with caplog.at_level(logging.WARNING, logger="algorithms.training.loop"):
-        trainer.open()
-    trainer.close()
-    assert trainer.step == 0
+        assert cli.main(command) == 0
     [kept] = run_dir.glob("earlier-*")
     [warning] = [r.getMessage() for r in caplog.records if "starts over" in r.getMessage()]
     assert "from step 0" in warning and str(kept) in warning and "\n" not in warning
@@ -185,7 +183,8 @@ def test_restart_keeps_the_earlier_files_when_every_checkpoint_is_unusable(
     assert (kept / "trajectories" / "step_000001" / "tiny-b.parquet").is_file()
     assert (kept / "config.yaml").read_text() == earlier_config  # the settings of its files
     assert yaml.safe_load((run_dir / "config.yaml").read_text())["steps"] == 3
-    assert not (run_dir / "metrics.jsonl").exists()
+    rows = (run_dir / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(row)["step"] for row in rows] == [0, 0, 1, 1, 2, 2]  # from step 0
 
 
 def test_a_run_records_its_resolved_config_and_its_log(tmp_path, fresh_policies):
