@@ -15,7 +15,9 @@ Modules:
 
 cli               the `graft` command line: one entry point, one subcommand per job
 commands/         the job subcommands: `graft X` is `commands/X.py` (config, data: in cli)
+configs/          a link to the checkout's configs/, so the wheel ships them (config_files)
 compare/          comparison grids behind `graft compare`: grid, cells, claims, reports, plots
+config_files      the shipped run configs and grids (package data) and how --config finds them
 perf/             the measurement scripts behind the docs' performance figures
 reference         the generated docs: the README's registry table, the configuration reference
 study/            the pre-registered studies' reports: statistics, plots, verdicts

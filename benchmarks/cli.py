@@ -12,12 +12,14 @@ from __future__ import annotations
 import argparse
 import ast
 import importlib
+import importlib.metadata
 import importlib.util
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from benchmarks.config_files import find_config
 from graft_env import threads
 
 # name -> module with add_parser(commands); imported only when the command is the one given
@@ -28,6 +30,7 @@ COMMAND_MODULES = {
     "library": "benchmarks.commands.library",
     "plan": "benchmarks.commands.plan",
     "data": "benchmarks.commands.data",
+    "env": "benchmarks.commands.env",
 }
 PROGRESS_BARS_VAR = "HF_HUB_DISABLE_PROGRESS_BARS"  # huggingface_hub's, read by transformers
 # What an interrupted command leaves behind, and how to go on from there.
@@ -63,6 +66,14 @@ def _cmd_config_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _version() -> str:
+    """The installed graft-rlvr's version (a checkout on PYTHONPATH alone has none)."""
+    try:
+        return importlib.metadata.version("graft-rlvr")
+    except importlib.metadata.PackageNotFoundError:
+        return "(not installed: a checkout on PYTHONPATH)"
+
+
 def _summary(module: str) -> str:
     """A command's one-line help: its module docstring's first line after the colon
     ("`graft train`: run ..." -> "run ..."), read without importing the module."""
@@ -92,7 +103,7 @@ def _add_config_parser(commands: argparse._SubParsersAction) -> None:
     check = sub.add_parser(
         "validate", help="check a run config (or --grid file) without loading any model"
     )
-    check.add_argument("file")
+    check.add_argument("file", type=find_config, help="a path, or a shipped config's name")
     check.add_argument("--grid", action="store_true", help="FILE is a graft compare grid")
     check.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     check.set_defaults(func=_cmd_config_validate)
@@ -104,6 +115,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="graft", description="GRAFT: cross-model trajectory exchange for RLVR."
     )
+    parser.add_argument("--version", action="version", version=f"graft {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     _add_config_parser(commands)

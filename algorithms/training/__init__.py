@@ -17,7 +17,7 @@ progress          the terminal progress bar of a run
 ray/              the Ray backend: one actor per agent behind the Policy protocol
 resume            what a run directory, checkpoint or stored peer must agree with to be used
 run_config/       `TrainConfig`: the YAML run config, its sections and checks, validated
-run_dir           run directories: the marker, what --fresh may delete, restarts
+run_dir           run directories: checked first, the marker, --fresh, --restart, run.log
 run_summary       the end-of-run summary `graft train` prints
 step              what one step produces (`StepRecord`) and its Trainer-free phases
 step_estimate     one step's time per phase on GPUs, from configs and the H200 measurements

@@ -50,21 +50,30 @@ from algorithms.training.checkpoint import restore_checkpoint, save_checkpoint
 from algorithms.training.metrics import MetricsLog
 from algorithms.training.periodic_eval import PeriodicEvaluator
 from algorithms.training.resume import (
-    check_config,
     check_library_unchanged,
     check_peer_store,
+    check_run_dir,
     check_threads,
     loop_state,
     stream_meta,
-    usable_checkpoint,
 )
 from algorithms.training.run_config import (
     ConfigError,
+    Start,
     TrainConfig,
     check_stored_source,
+    resolved_config,
     run_library,
 )
-from algorithms.training.run_dir import create_run_dir
+from algorithms.training.run_dir import (
+    RESOLVED_CONFIG,
+    RunLog,
+    create_run_dir,
+    holds_files,
+    remove_fresh,
+    set_aside,
+    write_hparams,
+)
 from algorithms.training.step import (
     StepRecord,
     correct_rollouts,
@@ -92,13 +101,20 @@ def make_policies(config: TrainConfig) -> dict[str, Policy]:
 
 
 class Trainer:
-    """Drives N policies through one algorithm on one shared prompt stream."""
+    """Drives N policies through one algorithm on one shared prompt stream.
+
+    `start` says what to do with what the run directory holds: "resume" from its newest
+    intact checkpoint, "restart" from step 0 with its files moved to ``earlier-<UTC time>/``,
+    or "fresh": delete it (only a directory a graft run created) once the whole run is set
+    up. The directory is checked, and its checkpoint found, when the Trainer is made, before
+    any model loads (`algorithms.training.resume.check_run_dir`)."""
 
     def __init__(
         self,
         config: TrainConfig,
         policies: Mapping[str, Policy] | None = None,
         algorithm: Algorithm | None = None,
+        start: Start = "resume",
     ) -> None:
         self.config = config.validate()
         self.algorithm = algorithm or algorithms.make(config.algorithm, **config.algorithm_options)
@@ -108,12 +124,13 @@ class Trainer:
         if config.library is not None:
             self.library = run_library(config, self.algorithm.config)
             log.info("%s", self.library.summary)
+        self.run_dir, self.start = Path(config.run_dir), start
+        self._resume_from = check_run_dir(self.run_dir, config.to_dict(), start)
         if policies is None:
             policies = make_policies(config)
         if sorted(policies) != sorted(names):
             raise ConfigError(f"policies {sorted(policies)} do not match agents {names}")
         self.policies = {name: policies[name] for name in names}
-        self.run_dir = Path(config.run_dir)
         self.step = 0
         self.peer = config.stored_peer
         stored_source = self.peer is not None or config.library is not None
@@ -139,20 +156,35 @@ class Trainer:
             check_peer_store(self.peer_store, self.peer.run_dir, self.stream)
         self.store = TrajectoryStore(self.run_dir) if config.store_trajectories else None
         self.metrics: MetricsLog | None = None
+        self.run_log: RunLog | None = None
         self.checkpoint: Path | None = None  # the one this run resumed from or last wrote
         self.evaluator = PeriodicEvaluator(config.eval, self.run_dir, config.env.data_dir)
 
     def open(self, resume: bool = True) -> None:
-        """Prepare the run directory; resume from its newest intact checkpoint if any
+        """Prepare the run directory (for `start` "fresh" deleted first, for "restart" its
+        files set aside) and its records: config.yaml (the settings as written),
+        resolved_config.yaml (every setting: `resolved_config`), run.log; resume from the
+        checkpoint found when the Trainer was made, unless `resume` is False
         (`algorithms.training.resume` says what it must agree with)."""
+        kept = None
+        if self.start == "fresh":
+            remove_fresh(self.run_dir)
+        elif self.start == "restart" and holds_files(self.run_dir):
+            kept = set_aside(self.run_dir)
         create_run_dir(self.run_dir)
+        self.run_log = RunLog(self.run_dir)
+        if kept is not None:
+            log.warning("%s starts over from step 0; its earlier files: %s", self.run_dir, kept)
         ours = self.config.to_dict()
-        check_config(self.run_dir, ours)
-        found = usable_checkpoint(self.run_dir, resume)
-        config_path, text = self.run_dir / "config.yaml", yaml.safe_dump(ours, sort_keys=False)
-        if not config_path.is_file() or config_path.read_text() != text:
-            # this run's settings (steps, run_dir may change)
-            atomic_write_bytes(config_path, text.encode(), what="the run's config")
+        found = self._resume_from if resume else None
+        resolved = resolved_config(self.config, self.algorithm.config)
+        for name, data, what in (
+            ("config.yaml", ours, "the run's config"),  # steps, run_dir may change
+            (RESOLVED_CONFIG, resolved, "the run's resolved config"),
+        ):
+            path, text = self.run_dir / name, yaml.safe_dump(data, sort_keys=False)
+            if not path.is_file() or path.read_text() != text:
+                atomic_write_bytes(path, text.encode(), what=what)
         self.checkpoint = found[0] if found is not None else None
         if found is not None:
             path, state = found
@@ -162,11 +194,12 @@ class Trainer:
             self.step = restore_checkpoint(path, state, self.policies, self.algorithm.strategy)
             log.info("resumed %s from %s (step %d)", self.run_dir, path, self.step)
             check_threads(path, state)
-        if self.store is not None:
-            self.store.verify(before_step=self.step)  # the steps this run keeps
+        if self.store is not None:  # its steps before self.step were verified by check_run_dir
             self.store.write_meta(self.stream)
-        sink = WandbSink(self.config.wandb, self.run_dir, ours) if self.config.wandb else None
+        sink = WandbSink(self.config.wandb, self.run_dir, resolved) if self.config.wandb else None
         self.metrics = MetricsLog(self.run_dir, tensorboard=self.config.tensorboard, wandb=sink)
+        if self.config.tensorboard:
+            write_hparams(self.run_dir, resolved)
         self.metrics.truncate_to(self.step)
 
     # --- one step --------------------------------------------------------------
@@ -354,24 +387,39 @@ class Trainer:
     # --- the whole run ---------------------------------------------------------
     def train(self, resume: bool = True, on_step: Callable[[StepRecord], None] | None = None):
         """Run (or resume) to `config.steps`; returns every metrics row of the run."""
-        from algorithms.training.progress import StepProgress
+        from algorithms.training.progress import StepProgress, summary
 
-        self.open(resume=resume)
-        with StepProgress(self.config.steps, self.step, enabled=self.config.progress) as progress:
-            while self.step < self.config.steps:
-                record = self.run_step()
-                if self.evaluator.due(self.step, self.config.steps):
-                    self._evaluate(record)
-                for name, metrics in record.metrics.items():
-                    self.metrics.write(record.step, name, metrics)
-                if self.step % self.config.checkpoint_every == 0 or self.step == self.config.steps:
-                    self._save_checkpoint()
-                progress.update(record)
-                if on_step is not None:
-                    on_step(record)
+        try:
+            self.open(resume=resume)
+            with StepProgress(self.config.steps, self.step, enabled=self.config.progress) as bar:
+                while self.step < self.config.steps:
+                    record = self.run_step()
+                    if self.evaluator.due(self.step, self.config.steps):
+                        self._evaluate(record)
+                    for name, metrics in record.metrics.items():
+                        self.metrics.write(record.step, name, metrics)
+                    last = self.step == self.config.steps
+                    if self.step % self.config.checkpoint_every == 0 or last:
+                        self._save_checkpoint()
+                    bar.update(record)
+                    self.run_log.note(f"step {self.step}/{self.config.steps}  {summary(record)}")
+                    if on_step is not None:
+                        on_step(record)
+        except BaseException as error:
+            if self.run_log is not None:
+                self.run_log.note(f"stopped in step {self.step}: {type(error).__name__}: {error}")
+            self.close()
+            raise
         rows = self.metrics.rows()
-        self.metrics.close()
+        self.close()
         return rows
+
+    def close(self) -> None:
+        """Close the run's metrics writers and its run.log (`train` does, at its end)."""
+        if self.metrics is not None:
+            self.metrics.close()
+        if self.run_log is not None:
+            self.run_log.close()
 
     def _evaluate(self, record: StepRecord) -> None:
         """The periodic evaluation after `record`'s step, added to its metrics rows."""

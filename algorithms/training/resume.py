@@ -1,11 +1,13 @@
 """What a run directory, a checkpoint or a stored peer must agree with before a run uses it.
 
-`Trainer` refuses, each with one line naming what differs: a run directory whose steps
-were computed with settings that change results (`check_config`), a graft-library
-checkpoint whose library changed since (`check_library_unchanged`) and a stored peer
-whose prompt stream is not the run's (`check_peer_store`). It restarts, with the earlier
-files kept, a directory whose checkpoints are all unusable (`usable_checkpoint`), and
-warns when a checkpoint was written with another torch thread count (`check_threads`).
+`Trainer` checks its run directory before any model loads (`check_run_dir`), and refuses,
+each with one line naming the key and what differs: a run directory that cannot be used
+(`run_dir.check_writable`), one whose steps were computed with settings that change
+results (`check_config`), one whose checkpoints are all unusable (`usable_checkpoint`:
+`--restart` starts it over with the earlier files kept), a graft-library checkpoint whose
+library changed since (`check_library_unchanged`) and a stored peer whose prompt stream is
+not the run's (`check_peer_store`). It warns when a checkpoint was written with another
+torch thread count (`check_threads`).
 Each checkpoint's state.json records what these checks read (`loop_state`).
 """
 
@@ -21,10 +23,37 @@ import torch
 from algorithms.exchange import ExchangeStrategy
 from algorithms.storage.store import StoreError, TrajectoryStore
 from algorithms.training.checkpoint import exchange_state, has_checkpoints, latest_checkpoint
-from algorithms.training.run_config import ConfigError, TrainConfig, parse_yaml, result_differences
-from algorithms.training.run_dir import holds_steps, set_aside
+from algorithms.training.run_config import (
+    RESTART_FLAG,
+    ConfigError,
+    Start,
+    TrainConfig,
+    parse_yaml,
+    result_differences,
+)
+from algorithms.training.run_dir import EARLIER, check_fresh, check_writable, holds_steps
 
 log = logging.getLogger(__name__)
+
+
+def check_run_dir(
+    run_dir: Path, ours: Mapping[str, Any], start: Start = "resume"
+) -> tuple[Path, dict[str, Any]] | None:
+    """Everything about `run_dir` that can refuse a run, checked before any model loads:
+    that it can be used (`check_writable`; for "fresh", that it may be deleted), and for a
+    resume that it holds no other run's settings (`check_config`), if it holds checkpoints
+    a usable one, and that the trajectories stored before it are intact; returns that
+    checkpoint (None: start at step 0)."""
+    if start == "fresh":
+        check_fresh(run_dir)
+    check_writable(run_dir)
+    if start != "resume":
+        return None
+    check_config(run_dir, ours)
+    found = usable_checkpoint(run_dir)
+    if found is not None and ours["store_trajectories"]:  # the stored steps the run keeps
+        TrajectoryStore(run_dir).verify(before_step=int(found[1]["step"]))
+    return found
 
 
 def check_config(run_dir: Path, ours: Mapping[str, Any]) -> None:
@@ -39,9 +68,9 @@ def check_config(run_dir: Path, ours: Mapping[str, Any]) -> None:
         return
     if holds_steps(run_dir):
         raise ConfigError(
-            f"{run_dir} holds a run whose settings differ in what changes results "
+            f"run_dir: {run_dir} holds a run whose settings differ in what changes results "
             f"(its value -> this config's): {'; '.join(differences)}; use its values to "
-            "resume it, or choose another run_dir"
+            f"resume it, {RESTART_FLAG} to start over there, or choose another run_dir"
         )
     log.info(
         "%s: its earlier attempt recorded no step; starting over with this config (%s)",
@@ -50,21 +79,18 @@ def check_config(run_dir: Path, ours: Mapping[str, Any]) -> None:
     )
 
 
-def usable_checkpoint(run_dir: Path, resume: bool) -> tuple[Path, dict[str, Any]] | None:
-    """The newest intact checkpoint to resume from, or None to start at step 0.
+def usable_checkpoint(run_dir: Path) -> tuple[Path, dict[str, Any]] | None:
+    """The newest intact checkpoint to resume from, or None when there is none.
 
-    A directory whose checkpoints are all unusable restarts from step 0, its earlier
-    files set aside (`algorithms.training.run_dir.set_aside`), never deleted; call this before
-    the run's config.yaml replaces the one that describes those files."""
+    A directory whose checkpoints are all unusable is refused (`ConfigError` naming
+    `RESTART_FLAG`): starting it over from step 0 is the user's call, not a silent one."""
     checkpoints = run_dir / "checkpoints"
-    found = latest_checkpoint(checkpoints) if resume else None
-    if found is None and resume and has_checkpoints(checkpoints):
-        kept = set_aside(run_dir)
-        log.warning(
-            "%s: no checkpoint is usable (see above), so the run restarts from step 0; "
-            "the earlier attempt's files are kept in %s",
-            run_dir,
-            kept,
+    found = latest_checkpoint(checkpoints)
+    if found is None and has_checkpoints(checkpoints):
+        raise ConfigError(
+            f"run_dir: {run_dir} has checkpoints but none is usable (the warnings above say "
+            f"why); rerun with {RESTART_FLAG} to start from step 0 with its files kept in "
+            f"{run_dir / EARLIER}<UTC time>/, or choose another run_dir"
         )
     return found
 

@@ -1,25 +1,56 @@
-"""Run directories: the marker that makes one recognisable, what `--fresh` may delete, and
-where a run that must restart keeps what its earlier attempt wrote.
+"""Run directories: whether one can be used, the marker that makes one recognisable, what
+`--fresh` may delete, where `--restart` keeps what an earlier attempt wrote, and the records
+a run keeps there besides its metrics: `run.log` and its TensorBoard hparams.
 
-A directory is a run directory when it holds `MARKER`, written when a run creates the
-directory (or finds it empty). `graft train --fresh` deletes nothing else: a directory of
-notes named as `run_dir` by mistake survives. Nothing a run wrote is deleted on a restart
-either: when no checkpoint is usable, the earlier files move to ``earlier-<UTC time>/``.
+`check_writable` refuses, before any model loads, a `run_dir` that is a file, lies under one
+or cannot be written, each in one line naming the key. A directory is a run directory when
+it holds `MARKER`, written when a run creates the directory (or finds it empty).
+`graft train --fresh` deletes nothing else: a directory of notes named as `run_dir` by
+mistake survives. `--restart` deletes nothing: the earlier files move to
+``earlier-<UTC time>/``.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
+import tempfile
 import time
+import warnings
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from algorithms.training.checkpoint import has_checkpoints
 from algorithms.training.run_config import ConfigError
 
 MARKER = "graft-run.json"
 EARLIER = "earlier-"
+RUN_LOG = "run.log"
+RESOLVED_CONFIG = "resolved_config.yaml"
+
+
+def check_writable(run_dir: Path) -> None:
+    """Refuse (`ConfigError` naming `run_dir`) a run directory that is a file, lies inside a
+    file, or whose nearest existing folder cannot be written (a file is made there and
+    removed: permissions alone do not say, for root or on a read-only mount)."""
+    path = run_dir.absolute()
+    existing = next(folder for folder in (path, *path.parents) if folder.exists())
+    if not existing.is_dir():
+        inside = "" if existing == path else f" (run_dir {run_dir} would be inside it)"
+        raise ConfigError(
+            f"run_dir: {existing} is a file, not a directory{inside}; choose another run_dir"
+        )
+    try:
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as error:
+        raise ConfigError(
+            f"run_dir: cannot write in {existing} ({error.strerror or error}); choose another "
+            "run_dir or make it writable"
+        ) from None
 
 
 def create_run_dir(run_dir: Path) -> None:
@@ -46,7 +77,7 @@ def check_fresh(run_dir: Path) -> None:
             f"it has no {MARKER}, so no graft run created it (runs before this marker existed "
             "have none either); delete it yourself or choose another run_dir"
         )
-    raise ConfigError(f"--fresh will not delete {run_dir}: {why}")
+    raise ConfigError(f"run_dir: --fresh will not delete {run_dir}: {why}")
 
 
 def remove_fresh(run_dir: Path) -> None:
@@ -81,6 +112,98 @@ def set_aside(run_dir: Path) -> Path:
         if path.name != MARKER and not path.name.startswith(EARLIER):  # nor `folder`
             os.replace(path, folder / path.name)
     return folder
+
+
+def holds_files(run_dir: Path) -> bool:
+    """Whether `run_dir` holds anything but its marker and earlier set-aside folders."""
+    return run_dir.is_dir() and any(
+        path.name != MARKER and not path.name.startswith(EARLIER) for path in run_dir.iterdir()
+    )
+
+
+class _LogFile(logging.FileHandler):
+    """run.log's handler: a record it cannot write (a full disk) is left out of the file
+    without logging's traceback on stderr; the terminal has shown it, and the run's own
+    writes (metrics, checkpoints) report the disk in one line."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        pass
+
+
+class RunLog:
+    """`run.log` in a run directory: every log record the run emits (what the terminal shows
+    of them, at the levels logging is configured for; Python warnings too, routed through
+    logging while the log is open) and the lines only the log keeps (`note`: each step's
+    summary, why a run stopped, the end-of-run summary). Appended to, so a resumed run's
+    log follows its earlier attempts'. One is open at a time in a process: opening one
+    closes the one before (a run driven step by step may never close its own)."""
+
+    _current: RunLog | None = None
+
+    def __init__(self, run_dir: Path) -> None:
+        if RunLog._current is not None:
+            RunLog._current.close()
+        RunLog._current = self
+        self._handler = _LogFile(run_dir / RUN_LOG, encoding="utf-8")
+        self._handler.setFormatter(
+            logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+        )
+        self._notes = logging.getLogger("graft.run_log")  # the log's own lines: not on screen
+        self._notes.propagate = False
+        self._notes.setLevel(logging.INFO)
+        for logger in (logging.getLogger(), self._notes):
+            logger.addHandler(self._handler)
+        self._captured = getattr(warnings.showwarning, "__module__", None) == "logging"
+        logging.captureWarnings(True)
+
+    def note(self, text: str) -> None:
+        """Write `text` to the log only."""
+        self._notes.info("%s", text)
+
+    def close(self) -> None:
+        """Detach the log (warnings go back to stderr unless they went to logging before)."""
+        if RunLog._current is not self:
+            return  # closed already
+        RunLog._current = None
+        if not self._captured:
+            logging.captureWarnings(False)
+        for logger in (logging.getLogger(), self._notes):
+            logger.removeHandler(self._handler)
+        self._handler.close()
+
+
+def append_note(run_dir: Path, text: str) -> None:
+    """Append `text` to `run_dir`'s run.log once its run has closed it (the end-of-run
+    summary that `graft train` prints)."""
+    log = RunLog(run_dir)
+    try:
+        log.note(text)
+    finally:
+        log.close()
+
+
+def write_hparams(run_dir: Path, resolved: Mapping[str, Any]) -> None:
+    """The resolved config as TensorBoard hparams (`resolved_config`'s dotted keys), in the
+    run's TensorBoard folder, beside the scalars of its writers (TensorBoard reads every
+    event file of a folder as one run): nulls and empty lists and mappings become their JSON
+    text, as hparams take only text, numbers and booleans."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+        from torch.utils.tensorboard.summary import hparams
+    except ImportError:  # no tensorboard: the metrics log has said so
+        return
+    from algorithms.training.run_config import flat
+
+    values = {
+        key: value if isinstance(value, bool | int | float | str) else json.dumps(value)
+        for key, value in flat(resolved).items()
+    }
+    writer = SummaryWriter(str(run_dir / "tensorboard"))
+    try:
+        for summary in hparams(values, {}):
+            writer.file_writer.add_summary(summary)
+    finally:
+        writer.close()
 
 
 def _utc_now() -> str:

@@ -8,11 +8,11 @@ from pathlib import Path
 
 from algorithms.training.memory_check import check_before_launch, worker_group_ranks
 from algorithms.training.memory_plan import GIB
-from algorithms.training.run_config import load_config
+from algorithms.training.run_config import RESTART_FLAG, load_config
+from benchmarks.config_files import default_config, find_config
 from graft_env.threads import resolve_threads, torch_threads
 
-# the study in miniature (issue 16): the testbed pair, built on first use
-DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "testbed_pair_graft.yaml"
+DEFAULT_CONFIG = default_config()  # the study in miniature: the testbed pair, built on first use
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -20,13 +20,17 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "train",
         help="train policies with an algorithm from the registry",
         description="Train N policies side by side; resumes from the run directory's newest "
-        "intact checkpoint unless --fresh is given.",
+        "intact checkpoint unless --fresh or --restart is given.",
         epilog="Every run-config key can be set with --set KEY=VALUE. `graft config show` lists "
         "them with their types, defaults and help; `--section env` or `--strategy graft` shows "
         "one part.",
     )
     train.add_argument(
-        "--config", default=str(DEFAULT_CONFIG), help=f"YAML run config (default: {DEFAULT_CONFIG})"
+        "--config",
+        type=find_config,
+        default=str(DEFAULT_CONFIG),
+        help="YAML run config: a path, or a shipped config's name (configs/X.yaml, X) "
+        f"(default: {DEFAULT_CONFIG.name}, the testbed pair's GRAFT run)",
     )
     train.add_argument(
         "--set",
@@ -36,11 +40,18 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         metavar="KEY=VALUE",
         help="override a config field, e.g. --set steps=5 --set algorithm=grpo",
     )
-    train.add_argument(
+    start = train.add_mutually_exclusive_group()
+    start.add_argument(
         "--fresh",
         action="store_true",
         help="delete the run directory first (only one a graft run created, and only once "
         "the whole config is valid)",
+    )
+    start.add_argument(
+        RESTART_FLAG,
+        action="store_true",
+        help="start over from step 0, the run directory's files moved to its "
+        "earlier-<UTC time>/ (when no checkpoint is usable, or its settings changed)",
     )
     train.set_defaults(func=run)
 
@@ -50,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(args.config, args.overrides)
     # only now torch (the loop, checkpoints): a refused config is refused in a second
     from algorithms.training.loop import Trainer
-    from algorithms.training.run_dir import check_fresh, remove_fresh
+    from algorithms.training.run_dir import append_note
     from algorithms.training.run_summary import run_summary
 
     # on a GPU machine, a config that cannot fit its GPUs stops here, before any model loads
@@ -62,12 +73,12 @@ def run(args: argparse.Namespace) -> int:
             peaks += f" (one process per agent, unsharded; this run shards each over {ranks} GPUs)"
         logging.getLogger(__name__).info("memory plan (graft plan): %s", peaks)
     threads = resolve_threads(config.threads)
-    if args.fresh:
-        check_fresh(Path(config.run_dir))  # a refusal comes before any model loads
+    start = "fresh" if args.fresh else "restart" if args.restart else "resume"
     with torch_threads(threads):  # before the models load: they are the first to compute
-        trainer = Trainer(config)  # the last checks of the config: policies, data, algorithm
-        if args.fresh:
-            remove_fresh(Path(config.run_dir))
+        # the run directory is checked first, then the models load and the last checks run
+        trainer = Trainer(config, start=start)
         rows = trainer.train()
-    print("\n" + "\n".join(run_summary(config, rows, threads, trainer.checkpoint)))
+    summary = "\n".join(run_summary(config, rows, threads, trainer.checkpoint))
+    print("\n" + summary)
+    append_note(Path(config.run_dir), "summary\n" + summary)
     return 0

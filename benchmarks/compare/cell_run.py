@@ -23,7 +23,7 @@ from typing import Any
 import pyarrow.dataset as ds
 
 from algorithms.storage.store import TrajectoryStore
-from algorithms.training.checkpoint import latest_checkpoint
+from algorithms.training.checkpoint import has_checkpoints, latest_checkpoint
 from algorithms.training.eval_settings import sampling_args
 from algorithms.training.periodic_eval import eval_sets
 from benchmarks.compare.cells import RESULT_FILE, STARTED_FILE, Cell, out_of, portable_result
@@ -159,11 +159,15 @@ def run_cell(
     runs: dict[str, dict[str, Any]] = {}
     resumed_at = None
     if cell.config is not None:
-        found = latest_checkpoint(Path(cell.config.run_dir) / "checkpoints")
+        checkpoints = Path(cell.config.run_dir) / "checkpoints"
+        found = latest_checkpoint(checkpoints)
         resumed_at = int(found[1]["step"]) if found else 0
         if cell.library_cells:
             cell_library(cell)
-        Trainer(cell.config).train()
+        # a cell is its config's computation: one whose checkpoints are all unusable
+        # starts over (its files kept in earlier-*/) rather than stopping the grid
+        start = "restart" if found is None and has_checkpoints(checkpoints) else "resume"
+        Trainer(cell.config, start=start).train()
         runs = run_summary(cell, grid.eval.checkpoint)
     train_seconds = time.perf_counter() - started
     plan = grid.eval

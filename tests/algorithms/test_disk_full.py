@@ -213,7 +213,9 @@ def test_graft_train_that_cannot_write_its_config_names_it_and_leaves_no_tempora
     assert err[-1] == (
         f"graft train: error: {FULL}; the run's config was not written: {run_dir / 'config.yaml'}"
     )
-    assert sorted(p.name for p in run_dir.iterdir()) == ["graft-run.json"]
+    # the marker and the log that says why the run stopped; no temporary file
+    assert sorted(p.name for p in run_dir.iterdir()) == ["graft-run.json", "run.log"]
+    assert "No space left on device" in (run_dir / "run.log").read_text()
 
 
 @pytest.mark.parametrize(

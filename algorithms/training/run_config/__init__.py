@@ -26,17 +26,26 @@ Modules:
 
 changes           what a resume may change in a run's config, and the differences of the rest
 checks            what types cannot say about a run config, checked before any model loads
+resolved          a run's every setting after presets and defaults (resolved_config.yaml)
 sections          a run config's sections: agents, prompts, sampling, peer sources, correction
 train_config      `TrainConfig`: the run config from YAML or Python, validated
 """
 
 from algorithms.storage.yaml_schema import ConfigError, apply_override, parse_yaml
 from algorithms.training.run_config.changes import (
+    RESTART_FLAG,
     RESUMABLE_CHANGES,
+    Start,
     result_differences,
     without_inert_eval,
 )
 from algorithms.training.run_config.checks import check_env, check_policy_options
+from algorithms.training.run_config.resolved import (
+    agent_options,
+    flat,
+    option_defaults,
+    resolved_config,
+)
 from algorithms.training.run_config.sections import (
     AgentSpec,
     EnvSection,
@@ -55,6 +64,7 @@ from algorithms.training.run_config.train_config import (
 )
 
 __all__ = [
+    "RESTART_FLAG",
     "RESUMABLE_CHANGES",
     "AgentSpec",
     "ConfigError",
@@ -62,16 +72,21 @@ __all__ = [
     "LibrarySpec",
     "RolloutCorrectionSpec",
     "SamplingSpec",
+    "Start",
     "StoredPeerSpec",
     "TrainConfig",
+    "agent_options",
     "apply_override",
     "check_env",
     "check_library",
     "check_policy_options",
     "check_stored_source",
     "config_from_dict",
+    "flat",
     "load_config",
+    "option_defaults",
     "parse_yaml",
+    "resolved_config",
     "result_differences",
     "run_library",
     "without_inert_eval",

@@ -1,11 +1,18 @@
 """What may change between a run's saved config and a new one: the settings a resume may
 change (`RESUMABLE_CHANGES`), the `dotted.key: theirs -> ours` differences of the rest
-(`result_differences`), and an inert eval section reduced to what matters."""
+(`result_differences`), an inert eval section reduced to what matters, and how a run treats
+what its run directory holds (`Start`; `RESTART_FLAG` starts it over)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, Literal
+
+# How a run treats what its run directory holds: "resume" from its newest intact checkpoint,
+# "restart" from step 0 with the earlier files set aside (`graft train --restart`), or
+# start "fresh" in it, deleted first (`--fresh`: only a directory a graft run created).
+Start = Literal["resume", "restart", "fresh"]
+RESTART_FLAG = "--restart"
 
 from algorithms.training.eval_settings import as_recorded
 

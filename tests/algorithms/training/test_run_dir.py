@@ -1,7 +1,9 @@
-"""Run directories (issue 17): `--fresh` deletes only a run directory and only once the whole
-config is valid; a run whose checkpoints are all unusable keeps its earlier files; a resume
-compares only the settings that change results and names each one that differs; the store
-is checked on resume."""
+"""Run directories: every mistake about one (a file, not writable, another run's settings, no
+usable checkpoint) is refused before any model loads, in one line naming `run_dir`;
+`--fresh` deletes only a run directory and only once the whole config is valid; `--restart`
+keeps the earlier files; a resume compares only the settings that change results and names
+each one that differs; the store is checked on resume; a run records its resolved config
+and its log there."""
 
 from __future__ import annotations
 
@@ -16,9 +18,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from run_configs import small_config
 
+from algorithms.training import loop
 from algorithms.training.loop import Trainer
 from algorithms.training.run_config import ConfigError, result_differences
-from algorithms.training.run_dir import MARKER
+from algorithms.training.run_dir import MARKER, RESOLVED_CONFIG, RUN_LOG
 from benchmarks import cli
 
 
@@ -67,6 +70,8 @@ def test_fresh_deletes_a_run_directory_only_once_the_whole_config_is_valid(
     summary = capsys.readouterr().out  # the run's own output ends with the summary
     assert f"graft eval --model {run_dir / 'checkpoints'}" in summary
     assert "reward " in summary and "(step 0); last step" in summary  # one step: one end
+    log = (run_dir / RUN_LOG).read_text()  # the steps and the summary the terminal showed
+    assert "step 1/1  tiny-a r=" in log and f"graft eval --model {run_dir / 'checkpoints'}" in log
     assert (run_dir / MARKER).is_file()
     (run_dir / "stale.txt").write_text("from an earlier run")
     before = _files(run_dir)
@@ -92,11 +97,66 @@ def test_a_resume_over_a_damaged_store_is_one_line_naming_file_and_step(
     data[len(data) // 2] ^= 4
     stored.write_bytes(bytes(data))
     assert cli.main(["train", "--config", str(_config_file(tmp_path, run_dir, steps=2))]) == 2
-    error = _one_error_line(capsys, models_loaded=True)
+    error = _one_error_line(capsys)  # alone: checked before the models load
     assert f"{stored} (step 0) does not match its SHA-256" in error
 
 
-def test_when_every_checkpoint_is_unusable_the_earlier_files_are_kept(
+def _another_runs_dir(tmp_path: Path) -> Path:
+    """A run directory whose recorded step was computed with seed 3 (the tests' runs use 0)."""
+    run_dir = tmp_path / "other"
+    run_dir.mkdir()
+    other = small_config(run_dir, "graft", seed=3).to_dict()
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(other))
+    (run_dir / "metrics.jsonl").write_text(json.dumps({"step": 0, "agent": "tiny-a"}) + "\n")
+    return run_dir
+
+
+def _no_usable_checkpoint(tmp_path: Path) -> Path:
+    """A run directory whose only checkpoint has lost its manifest."""
+    run_dir = tmp_path / "corrupt"
+    (run_dir / "checkpoints" / "step_000001").mkdir(parents=True)
+    return run_dir
+
+
+def test_every_run_dir_mistake_is_refused_before_any_model_loads(tmp_path, capsys, monkeypatch):
+    """Each refusal comes from the run directory's checks, which run before the policies are
+    made: `make_policies` (which would build an uncached pair, minutes) raising here proves
+    the order whatever the model cache holds."""
+
+    def no_models(config):
+        raise AssertionError("the models were made before the run directory was checked")
+
+    monkeypatch.setattr(loop, "make_policies", no_models)
+    monkeypatch.setenv("GRAFT_CACHE_DIR", str(tmp_path / "empty-cache"))
+    a_file = tmp_path / "a_file"
+    a_file.write_text("not a run")
+    config = _config_file(tmp_path, tmp_path / "run", steps=1)
+    cases = [
+        (a_file, [], f"run_dir: {a_file} is a file, not a directory"),
+        (a_file / "run", [], f"run_dir: {a_file} is a file, not a directory (run_dir {a_file}"),
+        # procfs takes no new files, for root too (whom permissions do not stop)
+        (Path("/proc/graft-run"), [], "run_dir: cannot write in /proc ("),
+        (_another_runs_dir(tmp_path), [], "settings differ in what changes results"),
+        (_no_usable_checkpoint(tmp_path), [], "has checkpoints but none is usable"),
+        (a_file, ["--fresh"], f"run_dir: --fresh will not delete {a_file}"),
+    ]
+    for run_dir, flags, expected in cases:
+        args = ["train", "--config", str(config), *flags, "--set", f"run_dir={run_dir}"]
+        assert cli.main(args) == 2, run_dir
+        # alone on stderr, but for the unusable checkpoint's warning before it
+        line = _one_error_line(capsys, models_loaded="none is usable" in expected)
+        assert line.startswith("graft train: error: run_dir: ") and expected in line, line
+    assert "seed: 3 -> 0" in _refusal(tmp_path, "other", config, capsys)
+    assert "--restart" in _refusal(tmp_path, "corrupt", config, capsys)
+
+
+def _refusal(tmp_path: Path, name: str, config: Path, capsys) -> str:
+    args = ["train", "--config", str(config), "--set", f"run_dir={tmp_path / name}"]
+    assert cli.main(args) == 2
+    return _one_error_line(capsys, models_loaded=True)
+
+
+def test_restart_keeps_the_earlier_files_when_every_checkpoint_is_unusable(
     tmp_path, fresh_policies, caplog
 ):
     run_dir = tmp_path / "run"
@@ -107,14 +167,14 @@ def test_when_every_checkpoint_is_unusable_the_earlier_files_are_kept(
     for checkpoint in (run_dir / "checkpoints").glob("step_*"):
         (checkpoint / "MANIFEST.json").unlink()
     longer = small_config(run_dir, "graft", steps=3)  # a change a resume may make
-    trainer = Trainer(longer, policies=fresh_policies("tiny-a", "tiny-b"))
+    with pytest.raises(ConfigError, match=r"none is usable.*--restart"):
+        Trainer(longer, policies=fresh_policies("tiny-a", "tiny-b"))
+    command = ["train", "--config", str(_config_file(tmp_path, run_dir, steps=3)), "--restart"]
     with caplog.at_level(logging.WARNING, logger="algorithms.training.loop"):
-        trainer.open()
-    assert trainer.step == 0
+        assert cli.main(command) == 0
     [kept] = run_dir.glob("earlier-*")
-    [warning] = [r.getMessage() for r in caplog.records if "restarts" in r.getMessage()]
-    assert "no checkpoint is usable" in warning and "restarts from step 0" in warning
-    assert str(kept) in warning and "\n" not in warning
+    [warning] = [r.getMessage() for r in caplog.records if "starts over" in r.getMessage()]
+    assert "from step 0" in warning and str(kept) in warning and "\n" not in warning
     assert (kept / "metrics.jsonl").read_text() == metrics
     assert sorted(p.name for p in (kept / "checkpoints").iterdir()) == [
         "step_000001",
@@ -123,7 +183,39 @@ def test_when_every_checkpoint_is_unusable_the_earlier_files_are_kept(
     assert (kept / "trajectories" / "step_000001" / "tiny-b.parquet").is_file()
     assert (kept / "config.yaml").read_text() == earlier_config  # the settings of its files
     assert yaml.safe_load((run_dir / "config.yaml").read_text())["steps"] == 3
-    assert not (run_dir / "metrics.jsonl").exists()
+    rows = (run_dir / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(row)["step"] for row in rows] == [0, 0, 1, 1, 2, 2]  # from step 0
+
+
+def test_a_run_records_its_resolved_config_and_its_log(tmp_path, fresh_policies):
+    """resolved_config.yaml holds the preset's and the defaults' values beside what was
+    written; run.log the run's log records, Python warnings, a line per step; TensorBoard
+    gets the resolved config as hparams."""
+    run_dir = tmp_path / "run"
+    config = small_config(run_dir, "graft", steps=1, tensorboard=True, options={"delta": 0.5})
+
+    def warn(record):
+        import warnings
+
+        warnings.warn("a warning raised during the run", UserWarning, stacklevel=1)
+
+    Trainer(config, policies=fresh_policies("tiny-a", "tiny-b")).train(on_step=warn)
+    resolved = yaml.safe_load((run_dir / RESOLVED_CONFIG).read_text())
+    options = resolved["algorithm_options"]
+    assert options["delta"] == 0.5 and options["n"] == 4  # as written
+    assert options["eps_high"] == 0.28 and options["adv_ddof"] == 1  # the graft preset's
+    assert resolved["agents"][0]["options"]["weight_decay"] == 0.01  # a policy default
+    assert "vllm_kv_cache_gib" not in resolved["agents"][0]["options"]  # not a vLLM agent
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["algorithm_options"] == {
+        "n": 4,
+        "num_minibatches": 2,
+        "delta": 0.5,
+    }
+    text = (run_dir / RUN_LOG).read_text()
+    assert "step 1/1  tiny-a r=" in text
+    assert "WARNING py.warnings" in text and "a warning raised during the run" in text
+    events = b"".join(p.read_bytes() for p in (run_dir / "tensorboard").glob("events.*"))
+    assert b"_hparams_/session_start_info" in events and b"algorithm_options.eps_high" in events
 
 
 def test_a_resume_names_every_setting_that_differs_with_both_values(tmp_path, fresh_policies):
