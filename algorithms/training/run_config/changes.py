@@ -8,13 +8,13 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
+from algorithms.training.eval_settings import as_recorded
+
 # How a run treats what its run directory holds: "resume" from its newest intact checkpoint,
 # "restart" from step 0 with the earlier files set aside (`graft train --restart`), or
 # start "fresh" in it, deleted first (`--fresh`: only a directory a graft run created).
 Start = Literal["resume", "restart", "fresh"]
 RESTART_FLAG = "--restart"
-
-from algorithms.training.eval_settings import as_recorded
 
 # Settings that do not change what a run computes, so a resume may change them: where the
 # run lives (a moved or copied run resumes), how far it goes (step t's prompts and seeds
