@@ -16,7 +16,6 @@ from typing import Any
 
 import torch
 
-from algorithms.library.source import Lookup
 from graft_env.types import TransferredGroup
 
 PER_TOKEN = ("old_per_token_logps", "ref_per_token_logps", "sampling_per_token_logps")
@@ -25,16 +24,17 @@ PER_TOKEN = ("old_per_token_logps", "ref_per_token_logps", "sampling_per_token_l
 def with_peer_rows(
     batch: dict[str, Any],
     transfers: Sequence[TransferredGroup],
-    lookup: Lookup,
+    truncated: Sequence[Sequence[bool]],
     n: int,
     pad_token_id: int,
     mask_truncated: bool,
-    reference: torch.Tensor | None,
+    reference: Sequence[torch.Tensor] | None,
 ) -> dict[str, Any]:
     """The batch (groups of `n` rows) with each transferred group's rows holding its peer
-    responses; `reference`: TRL's reference log-probs of the peer rows, in transfer order
-    (None: the batch has none). Every row's weight is `graft_weight`, `graft_peer` marks
-    peer rows."""
+    responses; `truncated[j][i]`: whether the source cut response i of group j at its token
+    limit; `reference`: TRL's reference log-probs of the peer rows, in transfer order (None:
+    the batch has none). Every row's weight is `graft_weight`, `graft_peer` marks peer
+    rows."""
     rows = batch["completion_ids"].size(0)
     device = batch["completion_ids"].device
     peer_rows = [(g, i) for g in transfers for i in range(n)]
@@ -54,8 +54,7 @@ def with_peer_rows(
     out["graft_peer"] = torch.zeros(rows, dtype=torch.bool, device=device)
     for j, ((group, i), row) in enumerate(zip(peer_rows, row_of, strict=True)):
         length, weight = len(ids[j]), float(group.weights[i])
-        truncated = lookup.chosen[group.prompt_index].finish_reasons[i] == "length"
-        keep = weight > 0 and not (mask_truncated and truncated)
+        keep = weight > 0 and not (mask_truncated and truncated[j // n][i])
         logps = torch.as_tensor(group.scored[i].logprobs, device=device)
         out["completion_ids"][row] = pad_token_id
         out["completion_ids"][row, :length] = torch.tensor(ids[j], device=device)
@@ -66,7 +65,8 @@ def with_peer_rows(
                 out[key][row] = 0.0
                 out[key][row, :length] = logps.to(out[key].dtype)
         if reference is not None:
-            out["ref_per_token_logps"][row] = reference[j]
+            out["ref_per_token_logps"][row] = 0.0
+            out["ref_per_token_logps"][row, :length] = reference[j][:length].to(device)
         if "tool_mask" in out:
             out["tool_mask"][row] = 1
         if "importance_sampling_ratio" in out:
