@@ -33,6 +33,7 @@ from graft_env.lazy import lazy_exports
 _EXPORTS = {
     "GraftGRPOTrainer": "trl_adapter",  # imports trl on first use
     "LIBRARY_AGENT": "format",
+    "LiveGRPOTrainer": "trl_live",  # imports trl on first use
     "ImportSpec": "importers",
     "Library": "format",
     "LibraryError": "format",

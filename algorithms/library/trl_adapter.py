@@ -60,6 +60,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -67,6 +68,7 @@ import torch
 import trl
 from accelerate.utils import gather_object
 from packaging.version import Version
+from transformers import PreTrainedModel
 from trl import GRPOTrainer
 from trl.trainer.utils import pad, split_tensor_dict, use_adapter
 
@@ -77,7 +79,12 @@ from algorithms.library import LIBRARY_AGENT
 from algorithms.library.choice import CHOICES
 from algorithms.library.format import LibraryError, prompt_key
 from algorithms.library.source import LibrarySource, Lookup
-from algorithms.library.trl_batch import checkpointing_off, in_order, with_peer_rows
+from algorithms.library.trl_batch import (
+    EpochSampler,
+    checkpointing_off,
+    in_order,
+    with_peer_rows,
+)
 from algorithms.rollouts import step_rng
 from graft_env.rewards import verify_batch
 from graft_env.types import AgentRollouts, ScoredText, TransferredGroup
@@ -187,6 +194,31 @@ class ExchangeGRPOTrainer(GRPOTrainer):
         raise NotImplementedError
 
     # --- TRL's hooks ----------------------------------------------------------------
+
+    def _get_train_sampler(self, dataset=None):
+        return EpochSampler(super()._get_train_sampler(dataset))
+
+    def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
+        """transformers' loader, then the weights once more through `from_pretrained`: the
+        Trainer loads a checkpoint as a plain state dict, while transformers 5 saves some
+        architectures' weights under their legacy names (GPT-NeoX: `embed_out` for
+        `lm_head`), which that load skips with a warning, so a resumed run would go on with
+        its initial head (and a live agent's resumed step would differ from its record).
+        Sharded (FSDP, DeepSpeed) and adapter checkpoints keep transformers' loader."""
+        super()._load_from_checkpoint(resume_from_checkpoint, model)
+        unwrapped = self.accelerator.unwrap_model(self.model if model is None else model)
+        sharded = self.is_fsdp_enabled or self.is_deepspeed_enabled
+        if (
+            sharded
+            or not isinstance(unwrapped, PreTrainedModel)
+            or not any(
+                Path(resume_from_checkpoint, name).is_file()
+                for name in ("model.safetensors", "model.safetensors.index.json")
+            )
+        ):
+            return
+        saved = type(unwrapped).from_pretrained(resume_from_checkpoint, dtype=unwrapped.dtype)
+        unwrapped.load_state_dict(saved.state_dict())
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         self._rewards_per_func = super()._calculate_rewards(

@@ -1,6 +1,7 @@
 """The rows of TRL's generation batch under graft-library (`trl_adapter`): a transferred
 group's peer responses written over its receiver rows, and the rows put in minibatch order;
-and activation checkpointing switched off around the peer rows' scoring.
+activation checkpointing switched off around the peer rows' scoring; and TRL's prompt sampler
+made resumable (`EpochSampler`).
 
 A peer row holds the peer's tokens (re-tokenised by the receiver), the receiver's scoring as
 its old (and sampler) log-probs, so the sampler ratio is 1, and its weighted advantage a w;
@@ -14,7 +15,9 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import numpy as np
 import torch
+from trl.trainer.utils import RepeatSampler
 
 from graft_env.types import TransferredGroup
 
@@ -106,3 +109,28 @@ def checkpointing_off(model: Any, kwargs: dict[str, Any] | None) -> Iterator[Non
             (model.activation_checkpointing_enable if new else model.gradient_checkpointing_enable)(
                 kwargs
             )
+
+
+class EpochSampler(RepeatSampler):
+    """TRL's `RepeatSampler` whose order in epoch e is drawn from (seed, e) alone.
+
+    TRL's draws each epoch's order from one generator seeded once, so a run resumed from a
+    checkpoint restarts that sequence and answers other prompts than the run it continues
+    (and than its live peers, which then refuse its step). The trainer calls `set_epoch`
+    before every epoch, fresh or resumed (accelerate forwards it to the sampler)."""
+
+    def __init__(self, sampler: RepeatSampler) -> None:
+        super().__init__(
+            sampler.data_source,
+            sampler.mini_repeat_count,
+            sampler.batch_size,
+            sampler.repeat_count,
+            sampler.shuffle,
+            sampler.seed,
+        )
+
+    def set_epoch(self, epoch: int) -> None:
+        if self.shuffle:
+            seed = 0 if self.seed is None else self.seed
+            state = np.random.SeedSequence([seed, epoch]).generate_state(1, dtype=np.uint64)[0]
+            self.generator.manual_seed(int(state))

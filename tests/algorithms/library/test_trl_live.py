@@ -255,3 +255,21 @@ def test_two_agents_of_two_processes_exchange_live_stop_together_and_resume(tmp_
     for step in (0, 2, 4):
         for agent in AGENTS:
             assert (tmp_path / "channel" / f"step-{step:06d}" / f"{agent}.json").is_file()
+
+
+def test_a_resumed_sampler_draws_the_epoch_the_run_it_continues_drew():
+    """Epoch e's prompt order depends on (seed, e) alone, not on the epochs drawn before."""
+    from trl.trainer.utils import RepeatSampler
+
+    from algorithms.library.trl_batch import EpochSampler
+
+    def order(sampler: EpochSampler, epoch: int) -> list[int]:
+        sampler.set_epoch(epoch)
+        return list(sampler)
+
+    def fresh() -> EpochSampler:
+        return EpochSampler(RepeatSampler(range(8), 2, 4, 2, shuffle=True, seed=5))
+
+    run = fresh()
+    epochs = [order(run, epoch) for epoch in range(3)]
+    assert order(fresh(), 2) == epochs[2] and epochs[2] != epochs[0]
