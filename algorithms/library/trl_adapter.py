@@ -50,7 +50,9 @@ transferred groups of its own prompts. Peer texts are scored under the receiver 
 process, a process without any peer rows of its own scoring padding rows, with the same
 number of forward passes everywhere, so that setups whose every forward is collective
 (FSDP, DeepSpeed ZeRO-3) do not hang (`ExchangeGRPOTrainer._logps_everywhere`).
-`trl_live.LiveGRPOTrainer` shares this path with live peers in place of the library.
+`trl_live.LiveGRPOTrainer` shares this path with live peers in place of the library. Epoch
+e's prompt order is drawn from (seed, e) (`trl_batch.EpochSampler`), and plain checkpoints
+reload through `from_pretrained`, so a resumed run continues the run it resumes exactly.
 
 Importing this module imports TRL; nothing in the project imports it (TRL is optional).
 """
