@@ -26,7 +26,8 @@ from library_runs import ENV
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig
 
-from algorithms.library.trl_adapter import math_reward
+from algorithms.library.importers import ImportSpec, import_rollouts
+from algorithms.library.trl_adapter import GraftGRPOTrainer, math_reward
 from algorithms.library.trl_live import LiveGRPOTrainer
 from graft_env.envs import MultiAgentMathEnv
 from graft_env.policies import load_policy
@@ -100,9 +101,10 @@ def config(out: Path, processes: int, steps: int, **extra) -> GRPOConfig:
     return GRPOConfig(**options)
 
 
-class Counting(LiveGRPOTrainer):
-    """A live agent whose generation returns `fixed_texts` and that records, per scoring
-    call, the rows it scored and the forward passes its model ran for them."""
+class Counting:
+    """A trainer (mixed in before `LiveGRPOTrainer` or `GraftGRPOTrainer`) whose generation
+    returns `fixed_texts` and that records, per scoring call, the rows it scored and the
+    forward passes its model ran for them."""
 
     def __init__(self, *args, by_prompt: dict, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -127,6 +129,57 @@ class Counting(LiveGRPOTrainer):
         return logps
 
 
+class LiveCounting(Counting, LiveGRPOTrainer):
+    """A live agent of the pair with fixed texts."""
+
+
+class LibraryCounting(Counting, GraftGRPOTrainer):
+    """tiny-a with fixed texts, replaying a library."""
+
+
+def by_prompt(agent: str) -> dict[tuple[int, ...], list[list[int]]]:
+    """The agent's fixed responses as token ids, by prompt token ids."""
+    policy = load_policy(agent)
+    return {
+        tuple(policy.encode_prompt(policy.format_prompt(p.problem))): [
+            policy.encode_response(t, "stop") for t in fixed_texts(agent, j, p.answer)
+        ]
+        for j, p in enumerate(problems())
+    }
+
+
+def import_library(out: Path) -> Path:
+    """A library of tiny-b's fixed groups of the 8 problems, scored by tiny-b: its group of
+    problem 1 (two correct) is the one Eq.4 can take where tiny-a fails it."""
+    source = out.with_suffix(".jsonl")
+    rows = [
+        {"prompt": p.problem, "response": text, "finish_reason": "stop"}
+        for j, p in enumerate(problems())
+        for text in fixed_texts("tiny-b", j, p.answer)
+    ]
+    source.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    spec = ImportSpec(
+        path=str(source), model="tiny-b", dataset=ENV["dataset"], split=ENV["split"],
+        dataset_options=ENV["dataset_options"], score_with="tiny-b",
+    )  # fmt: skip
+    import_rollouts(spec, out)
+    return out
+
+
+def library_trainer(library: Path, out: Path, processes: int, steps: int, **extra):
+    policy = load_policy("tiny-a")
+    return LibraryCounting(
+        model=AutoModelForCausalLM.from_pretrained(policy.path, dtype=torch.float32),
+        reward_funcs=math_reward,
+        args=config(out, processes, steps, **extra),
+        train_dataset=Dataset.from_list(dataset_rows("tiny-a")),
+        processing_class=AutoTokenizer.from_pretrained(policy.path),
+        library=str(library),
+        graft_options={"delta": 0.0},
+        by_prompt=by_prompt("tiny-a"),
+    )
+
+
 def live_trainer(
     agent: str,
     channel: Path,
@@ -136,15 +189,9 @@ def live_trainer(
     timeout: float,
     graft_options: dict | None = None,
     **extra,
-) -> Counting:
+) -> LiveCounting:
     policy = load_policy(agent)
-    by_prompt = {
-        tuple(policy.encode_prompt(policy.format_prompt(p.problem))): [
-            policy.encode_response(t, "stop") for t in fixed_texts(agent, j, p.answer)
-        ]
-        for j, p in enumerate(problems())
-    }
-    return Counting(
+    return LiveCounting(
         model=AutoModelForCausalLM.from_pretrained(policy.path, dtype=torch.float32),
         reward_funcs=math_reward,
         args=config(out, processes, steps, **extra),
@@ -155,21 +202,24 @@ def live_trainer(
         channel=str(channel),
         timeout=timeout,
         graft_options=graft_options,
-        by_prompt=by_prompt,
+        by_prompt=by_prompt(agent),
     )
 
 
 def main() -> None:
     """One agent of the end-to-end pair: train STEPS exchange steps (checkpoint after
     each, resuming from the last one there is), then write its scoring counts per rank.
-    GRAFT_TEST_STOP_AT=s ends every process of the agent at step s, before it publishes."""
+    GRAFT_TEST_STOP_AT=s ends every process of the agent at step s, before it publishes.
+    AGENT "library" is tiny-a replaying the library CHANNEL instead."""
     agent, channel, out, steps = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4])
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     processes = int(os.environ.get("WORLD_SIZE", "1"))
-    trainer = live_trainer(
-        agent, channel, out, processes, steps, timeout=float(os.environ["GRAFT_TEST_TIMEOUT"]),
-        save_strategy="steps", save_steps=CHUNKS,
-    )  # fmt: skip
+    saving = {"save_strategy": "steps", "save_steps": CHUNKS}
+    if agent == "library":
+        trainer = library_trainer(channel, out, processes, steps, **saving)
+    else:
+        timeout = float(os.environ["GRAFT_TEST_TIMEOUT"])
+        trainer = live_trainer(agent, channel, out, processes, steps, timeout, **saving)
     stop_at = os.environ.get("GRAFT_TEST_STOP_AT")
     if stop_at is not None:
         peers = trainer._peers

@@ -22,7 +22,17 @@ import pytest
 pytest.importorskip("trl")
 
 import torch
-from live_pair import AGENTS, CHUNKS, SEED, N, dataset_rows, fixed_texts, live_trainer, problems
+from live_pair import (
+    AGENTS,
+    CHUNKS,
+    SEED,
+    N,
+    dataset_rows,
+    fixed_texts,
+    import_library,
+    live_trainer,
+    problems,
+)
 
 import algorithms
 from algorithms.rollouts import step_rng
@@ -201,13 +211,16 @@ def test_settings_the_live_exchange_cannot_honour_are_refused(tmp_path, options,
         live_trainer("tiny-a", tmp_path / "c", tmp_path / "a", 1, 1, 10, **options)
 
 
-def launch(agent: str, root: Path, steps: int, port: int, **env) -> subprocess.Popen:
-    """One agent under its own `accelerate launch` with 2 processes (gloo on CPU)."""
+def launch(
+    agent: str, root: Path, steps: int, port: int, channel: Path | None = None, **env
+) -> subprocess.Popen:
+    """One agent under its own `accelerate launch` with 2 processes (gloo on CPU); `channel`:
+    the rendezvous folder (default ROOT/channel), or the library of agent "library"."""
     command = [
         sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes",
         "2", "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
         "--main_process_port", str(port), str(HERE / "live_pair.py"), agent,
-        str(root / "channel"), str(root / agent), str(steps),
+        str(channel or root / "channel"), str(root / agent), str(steps),
     ]  # fmt: skip
     environment = {
         **os.environ,
@@ -255,6 +268,23 @@ def test_two_agents_of_two_processes_exchange_live_stop_together_and_resume(tmp_
     for step in (0, 2, 4):
         for agent in AGENTS:
             assert (tmp_path / "channel" / f"step-{step:06d}" / f"{agent}.json").is_file()
+
+
+@pytest.mark.slow
+def test_library_replay_of_two_processes_scores_on_both(tmp_path):
+    """The stored-library mode on the same path: tiny-a of 2 processes replays tiny-b's
+    imported groups; on each step the library rescues problem 1, held by one process, and
+    both processes run the same scoring forwards (the other on padding rows only)."""
+    library = import_library(tmp_path / "lib")
+    code = launch("library", tmp_path, steps=2, port=29651, channel=library).wait(timeout=600)
+    log = (tmp_path / "library.log").read_text()
+    assert code == 0, log[-3000:]
+    ranks = [json.loads((tmp_path / "library" / f"scoring-{r}.json").read_text()) for r in (0, 1)]
+    assert [c["step"] for c in ranks[0]] == [c["step"] for c in ranks[1]] == [0, CHUNKS]
+    for mine, other in zip(*ranks, strict=True):
+        assert mine["forwards"] == other["forwards"] > 0
+        assert sorted([mine["own_rows"], other["own_rows"]]) == [0, N]
+    assert "'library/used_groups': '1'" in log
 
 
 def test_a_resumed_sampler_draws_the_epoch_the_run_it_continues_drew():
