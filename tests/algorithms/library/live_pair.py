@@ -33,8 +33,10 @@ from graft_env.envs import MultiAgentMathEnv
 from graft_env.policies import load_policy
 
 AGENTS = ["tiny-a", "tiny-b"]
+THREE = [*AGENTS, "tiny-a2"]  # GRAFT-SPEC §8's N > 2 exchange: a second tiny-a
+MODELS = {"tiny-a": "tiny-a", "tiny-b": "tiny-b", "tiny-a2": "tiny-a"}
 N, CHUNKS, PROMPTS, SEED = 4, 2, 8, 0
-SOLVES = {"tiny-a": 0, "tiny-b": 1}  # the problem each agent's texts solve twice
+SOLVES = {"tiny-a": 0, "tiny-b": 1, "tiny-a2": 2}  # the problem each agent solves twice
 CHECKPOINTING = next(
     name
     for name in ("activation_checkpointing", "gradient_checkpointing")
@@ -64,7 +66,7 @@ def fixed_texts(agent: str, index: int, answer: str) -> list[str]:
 
 
 def dataset_rows(agent: str) -> list[dict]:
-    policy = load_policy(agent)
+    policy = load_policy(MODELS[agent])
     return [
         {"prompt": policy.format_prompt(p.problem), "problem": p.problem, "answer": p.answer}
         for p in problems()
@@ -139,7 +141,7 @@ class LibraryCounting(Counting, GraftGRPOTrainer):
 
 def by_prompt(agent: str) -> dict[tuple[int, ...], list[list[int]]]:
     """The agent's fixed responses as token ids, by prompt token ids."""
-    policy = load_policy(agent)
+    policy = load_policy(MODELS[agent])
     return {
         tuple(policy.encode_prompt(policy.format_prompt(p.problem))): [
             policy.encode_response(t, "stop") for t in fixed_texts(agent, j, p.answer)
@@ -188,9 +190,10 @@ def live_trainer(
     steps: int,
     timeout: float,
     graft_options: dict | None = None,
+    agents: list[str] = AGENTS,
     **extra,
 ) -> LiveCounting:
-    policy = load_policy(agent)
+    policy = load_policy(MODELS[agent])
     return LiveCounting(
         model=AutoModelForCausalLM.from_pretrained(policy.path, dtype=torch.float32),
         reward_funcs=math_reward,
@@ -198,7 +201,7 @@ def live_trainer(
         train_dataset=Dataset.from_list(dataset_rows(agent)),
         processing_class=AutoTokenizer.from_pretrained(policy.path),
         agent=agent,
-        agents=AGENTS,
+        agents=agents,
         channel=str(channel),
         timeout=timeout,
         graft_options=graft_options,

@@ -25,7 +25,9 @@ import torch
 from live_pair import (
     AGENTS,
     CHUNKS,
+    MODELS,
     SEED,
+    THREE,
     N,
     dataset_rows,
     fixed_texts,
@@ -45,13 +47,13 @@ HERE = Path(__file__).parent
 RTOL = 1e-5  # float32 log-probs of two batchings (see the equality test)
 
 
-def native_step(delta: float):
+def native_step(delta: float, agents: list[str]):
     """The native loop's step on the pair's fixed texts: each agent's rollouts (its own
     tokenisation and generation log-probs), advantages, the exchange with every agent a
     receiver, and the batches, with TRL's advantage eps (1e-4) and micro-batch count."""
-    policies = {agent: load_policy(agent) for agent in AGENTS}
+    policies = {agent: load_policy(MODELS[agent]) for agent in agents}
     env = MultiAgentMathEnv(
-        agents=AGENTS, dataset="procedural", split="train",
+        agents=agents, dataset="procedural", split="train",
         dataset_options={"size": 4, "difficulty": 1}, batch_size=8, n=N,
     )  # fmt: skip
     chosen = problems()
@@ -77,22 +79,22 @@ def native_step(delta: float):
         return policies[receiver].score(prompts, list(texts), list(reasons))
 
     rng = step_rng(SEED, 0)
-    exchanged = algorithm.exchange(rollouts, AGENTS, scorer, rng)
-    batches, _ = algorithm.build_batches(rollouts, exchanged.transfers, AGENTS, rng)
+    exchanged = algorithm.exchange(rollouts, agents, scorer, rng)
+    batches, _ = algorithm.build_batches(rollouts, exchanged.transfers, agents, rng)
     return algorithm, policies, exchanged.transfers, batches
 
 
-def floor_between_scores() -> float:
+def floor_between_scores(agents: list[str]) -> float:
     """A floor between the two lowest distinct compatibility scores of the step (delta 0
     keeps w = min(s, 1)), so that it removes some transferred responses and keeps others,
     far from both (the scores depend on the tiny pair's trained weights)."""
-    _, _, transfers, _ = native_step(0.0)
+    _, _, transfers, _ = native_step(0.0, agents)
     scores = np.unique(np.concatenate([g.weights for ts in transfers.values() for g in ts]))
     return float(scores[:2].mean()) if scores.size > 1 else float(scores[0]) / 2
 
 
-def trl_step(tmp_path: Path, delta: float) -> dict:
-    """Both TRL agents' first generation batch, each in its own thread (they meet in the
+def trl_step(tmp_path: Path, delta: float, agents: list[str]) -> dict:
+    """The TRL agents' first generation batch, each in its own thread (they meet in the
     channel), in the given problem order; the agents' trainers with their micro-batches."""
     trainers = {
         agent: live_trainer(
@@ -103,8 +105,9 @@ def trl_step(tmp_path: Path, delta: float) -> dict:
             steps=1,
             timeout=120,
             graft_options={"delta": delta},
+            agents=agents,
         )
-        for agent in AGENTS
+        for agent in agents
     }
     errors = []
 
@@ -116,7 +119,7 @@ def trl_step(tmp_path: Path, delta: float) -> dict:
         except Exception as error:  # reported below, from the test's thread
             errors.append(error)
 
-    threads = [threading.Thread(target=prepare, args=(agent,)) for agent in AGENTS]
+    threads = [threading.Thread(target=prepare, args=(agent,)) for agent in agents]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -126,9 +129,11 @@ def trl_step(tmp_path: Path, delta: float) -> dict:
     return trainers
 
 
-def test_one_live_step_equals_the_native_loop(tmp_path):
+@pytest.mark.parametrize("agents", [AGENTS, THREE], ids=["2 agents", "3 agents"])
+def test_one_live_step_equals_the_native_loop(tmp_path, agents):
     """Same transfers, weights (and floor removals), advantages x weights, old log-probs,
-    minibatch order, loss and gradients, for both receivers.
+    minibatch order, loss and gradients, for every receiver; with 3 agents by the §8
+    extension, which every agent computes over the agents in the same order.
 
     Tolerances: both sides run the same float32 weights on the same tokens; they differ only
     in how rows are batched and padded (TRL pads to its batch, the native forward to its
@@ -141,14 +146,16 @@ def test_one_live_step_equals_the_native_loop(tmp_path):
     the same error: 1e-3 too; a gradient entry sums such terms' derivatives over the
     minibatch: 1e-4 of the largest entry (a few 1e-6 seen). Advantages alone come from the
     same float64 formula on the same rewards on both sides (checked through a w)."""
-    delta = floor_between_scores()
-    algorithm, policies, transfers, batches = native_step(delta)
+    delta = floor_between_scores(agents)
+    algorithm, policies, transfers, batches = native_step(delta, agents)
     moved = {r: sorted((g.source, g.prompt_index) for g in ts) for r, ts in transfers.items()}
-    assert moved == {"tiny-a": [("tiny-b", 1)], "tiny-b": [("tiny-a", 0)]}  # both directions
+    if agents == AGENTS:
+        assert moved == {"tiny-a": [("tiny-b", 1)], "tiny-b": [("tiny-a", 0)]}  # both ways
+    assert all(moved.values())  # every agent receives
     removed = sum(int(np.sum(g.weights == 0)) for ts in transfers.values() for g in ts)
     kept = sum(int(np.sum(g.weights > 0)) for ts in transfers.values() for g in ts)
     assert removed and kept  # the floor removes some and keeps some
-    trainers = trl_step(tmp_path, delta)
+    trainers = trl_step(tmp_path, delta, agents)
 
     for agent, trainer in trainers.items():
         expected, policy = batches[agent], policies[agent]
@@ -192,7 +199,7 @@ def test_one_live_step_equals_the_native_loop(tmp_path):
                 scale = max(float(theirs.abs().max()), 1e-12)
                 torch.testing.assert_close(param.grad, theirs, rtol=0, atol=1e-4 * scale)
         metrics = trainer._metrics["train"]
-        assert metrics["exchange/used_groups"] == [1.0]
+        assert metrics["exchange/used_groups"] == [float(len(transfers[agent]))]
         assert metrics["exchange/removed_peer_responses"] == [
             float(sum(int(np.sum(g.weights == 0)) for g in transfers[agent]))
         ]
