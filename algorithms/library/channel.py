@@ -1,14 +1,15 @@
 """The rendezvous of a live exchange between separately launched trainers: a shared folder.
 
 Per step each agent publishes one record (`StepRecord`: its groups of the step, with
-prompt keys, texts, token ids, rewards, group advantages, the sampler's per-token log-probs
-and finish reasons) to `DIR/step-000012/AGENT.json`, written to a temporary file and moved
-into place with `os.replace`, so a reader sees a whole record or none, also across nodes on
-a shared filesystem. Each record carries the SHA-256 of its payload (checked on every read)
-and of its step's prompt keys, so agents that drew different prompts are refused instead of
-exchanging groups of different problems. Records stay: a resumed agent reads step s again,
-and re-publishing step s is accepted only with the same payload (an agent whose resumed
-sampling drew other responses than its peers already trained on is stopped).
+prompt keys, texts, token ids, rewards and success counts, group advantages, the sampler's
+per-token log-probs and finish reasons) to `DIR/step-000012/AGENT.json`, written to a
+temporary file and moved into place with `os.replace`, so a reader sees a whole record or
+none, also across nodes on a shared filesystem. Each record carries the SHA-256 of its
+payload (checked on every read) and of its step's prompt keys, so agents that drew different
+prompts are refused instead of exchanging groups of different problems. Records stay: a
+resumed agent reads step s again, and re-publishing step s is accepted only with the same
+payload (an agent whose resumed sampling drew other responses than its peers already
+trained on is stopped).
 
 `wait` polls until every peer's record of the step is there; past `timeout` it raises one
 line naming the agents still missing, before anything of the step is applied.
@@ -69,11 +70,13 @@ class StepRecord:
             ],
             "finish_reasons": [list(g) for g in r.finish_reasons],
             "rewards": np.asarray(r.rewards, dtype=np.float64).tolist(),
+            "successes": r.k.tolist(),
             "advantages": np.asarray(r.advantages, dtype=np.float64).tolist(),
         }
 
     @classmethod
     def from_payload(cls, agent: str, step: int, payload: dict) -> StepRecord:
+        """The record of `payload`; its success counts must be its rewards' (k = sum)."""
         rollouts = AgentRollouts(
             agent=agent,
             prompt_ids=payload["prompt_ids"],
@@ -85,6 +88,11 @@ class StepRecord:
             rewards=np.asarray(payload["rewards"], dtype=np.float64),
             advantages=np.asarray(payload["advantages"], dtype=np.float64),
         )
+        if rollouts.k.tolist() != payload["successes"]:
+            raise ChannelError(
+                f"live exchange: the step-{step} record of {agent!r} counts successes "
+                f"{payload['successes']} for rewards with {rollouts.k.tolist()}"
+            )
         return cls(agent, step, rollouts)
 
 

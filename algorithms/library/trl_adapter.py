@@ -260,7 +260,11 @@ class ExchangeGRPOTrainer(GRPOTrainer):
             )
         receiver = self._gathered(self._receiver(inputs, batch, keys[::n]))
         self.graft.compute_advantages({self.agent: receiver})
-        step = self.state.global_step
+        # the micro-step this generation batch starts at: unique per batch also when one
+        # optimiser step spans several batches, and the same after a resume (at an
+        # optimiser step, where `_step` restarts)
+        gas = self.args.gradient_accumulation_steps
+        step = self.state.global_step * gas + self._step % gas
         peers, counts = self._peers(receiver, step)
         rollouts = {name: receiver if name == self.agent else peers[name] for name in peers}
         rng = step_rng(self.args.seed, step)

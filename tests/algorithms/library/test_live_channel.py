@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from algorithms.library.channel import Channel, ChannelError, StepRecord
+from algorithms.library.channel import Channel, ChannelError, StepRecord, _payload_digest
 from graft_env.types import AgentRollouts
 
 AGENTS = ["a", "b", "c"]
@@ -101,3 +101,15 @@ def test_a_damaged_record_is_refused(tmp_path):
 def test_bad_channel_settings_are_refused(tmp_path, agents, timeout, error):
     with pytest.raises(ValueError, match=error):
         Channel(tmp_path, agents, timeout)
+
+
+def test_success_counts_that_disagree_with_the_rewards_are_refused(tmp_path):
+    channel = Channel(tmp_path, AGENTS[:2], timeout=5)
+    channel.publish(StepRecord("b", 0, rollouts("b")))
+    path = channel.path(0, "b")
+    document = json.loads(path.read_text())
+    document["payload"]["successes"] = [2, 1]
+    document["payload_sha256"] = _payload_digest(document["payload"])
+    path.write_text(json.dumps(document))
+    with pytest.raises(ChannelError, match=r"counts successes \[2, 1\] for rewards with \[1, 1\]"):
+        channel.wait(0, "a", ["k0", "k1"])
