@@ -15,13 +15,15 @@ config `library:`; `algorithms.library.source`; the command is `graft library`,
 Modules:
 
 build             build a library from the trajectory stores of runs
+channel           the live TRL exchange's rendezvous: a shared folder of step records
 choice            which stored group a prompt gets when several pass Eq.4
 format            the library on disk: one Parquet dataset of stored groups, keyed by prompt
 importers         import rollouts generated elsewhere (JSONL, Parquet)
 source            graft-library's peer: stored groups looked up by prompt
 staleness         how old the used library groups are, and how much of them was admitted
-trl_adapter       graft-library inside TRL's `GRPOTrainer`
+trl_adapter       graft-library inside TRL's `GRPOTrainer`, on the path live peers share
 trl_batch         TRL's generation batch with peer rows written in and rows in minibatch order
+trl_live          live GRAFT between TRL `GRPOTrainer` runs, one `accelerate launch` each
 """
 
 from graft_env.lazy import lazy_exports
@@ -31,6 +33,7 @@ from graft_env.lazy import lazy_exports
 _EXPORTS = {
     "GraftGRPOTrainer": "trl_adapter",  # imports trl on first use
     "LIBRARY_AGENT": "format",
+    "LiveGRPOTrainer": "trl_live",  # imports trl on first use
     "ImportSpec": "importers",
     "Library": "format",
     "LibraryError": "format",

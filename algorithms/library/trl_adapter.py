@@ -44,9 +44,15 @@ response the source cut at its token limit is masked too; with vLLM the importan
 pi_old / pi_sampler of a peer row is 1 (the receiver's engine never sampled it). Each
 process orders its own rows, so peer-last holds within each process.
 
-Tested in one process only. The receiver scores peer texts only on processes that received
-some, so sharded-parameter setups whose every forward is collective (DeepSpeed ZeRO-3,
-FSDP) are not supported yet; data-parallel ones (DDP, ZeRO-1/2) need no collective there.
+The exchange sees the whole generation batch, over all processes: each process gathers the
+receiver's groups of every process, all compute the same exchange, and each splices the
+transferred groups of its own prompts. Peer texts are scored under the receiver on every
+process, a process without any peer rows of its own scoring padding rows, with the same
+number of forward passes everywhere, so that setups whose every forward is collective
+(FSDP, DeepSpeed ZeRO-3) do not hang (`ExchangeGRPOTrainer._logps_everywhere`).
+`trl_live.LiveGRPOTrainer` shares this path with live peers in place of the library. Epoch
+e's prompt order is drawn from (seed, e) (`trl_batch.EpochSampler`), and plain checkpoints
+reload through `from_pretrained`, so a resumed run continues the run it resumes exactly.
 
 Importing this module imports TRL; nothing in the project imports it (TRL is optional).
 """
@@ -54,13 +60,17 @@ Importing this module imports TRL; nothing in the project imports it (TRL is opt
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 import trl
+from accelerate.utils import gather_object
 from packaging.version import Version
+from transformers import PreTrainedModel
 from trl import GRPOTrainer
 from trl.trainer.utils import pad, split_tensor_dict, use_adapter
 
@@ -71,7 +81,12 @@ from algorithms.library import LIBRARY_AGENT
 from algorithms.library.choice import CHOICES
 from algorithms.library.format import LibraryError, prompt_key
 from algorithms.library.source import LibrarySource, Lookup
-from algorithms.library.trl_batch import checkpointing_off, in_order, with_peer_rows
+from algorithms.library.trl_batch import (
+    EpochSampler,
+    checkpointing_off,
+    in_order,
+    with_peer_rows,
+)
 from algorithms.rollouts import step_rng
 from graft_env.rewards import verify_batch
 from graft_env.types import AgentRollouts, ScoredText, TransferredGroup
@@ -95,78 +110,66 @@ def math_reward(completions: Sequence[Any], answer: Sequence[str], **_: Any) -> 
     return [verdict.reward for verdict in verify_batch(texts, list(answer))]
 
 
-class GraftGRPOTrainer(GRPOTrainer):
-    """TRL's GRPOTrainer with graft-library's update on its all-fail groups.
+def check_trl_version(where: str) -> None:
+    """Refuse any TRL but 1.16: the trainers here override its private hooks."""
+    if Version(trl.__version__).release[:2] != (1, 16):
+        raise RuntimeError(
+            f"{where} hooks TRL 1.16's GRPOTrainer internals; found trl {trl.__version__} "
+            "(pip install trl==1.16.0)"
+        )
 
-    library: a trajectory library (`graft library build/import`); choose and
-    library_model: its choice rule and model filter (run config `library:`);
-    graft_options: `EXCHANGE_OPTIONS` of graft-library (delta, order, ...);
-    problem_column / answer_column: the train dataset's problem text (the library key)
-    and gold answer (which re-verifies the stored groups)."""
 
-    def __init__(
-        self,
-        *args: Any,
-        library: str,
-        choose: str = "most_recent",
-        library_model: str | None = None,
-        graft_options: Mapping[str, Any] | None = None,
-        problem_column: str = "problem",
-        answer_column: str = "answer",
-        **kwargs: Any,
+class ExchangeGRPOTrainer(GRPOTrainer):
+    """TRL's GRPOTrainer with an exchange on each generation batch: the path library replay
+    (`GraftGRPOTrainer`) and live peers (`trl_live.LiveGRPOTrainer`) share. A subclass names
+    the algorithm, the receiver's agent name and metric prefix, and supplies the step's peer
+    rollouts (`_peers`)."""
+
+    algorithm_name = "graft-library"
+    exchange_options = EXCHANGE_OPTIONS
+    metric_prefix = "library"
+    agent = RECEIVER
+
+    def _setup_exchange(
+        self, graft_options: Mapping[str, Any] | None, problem_column: str, answer_column: str
     ) -> None:
-        if Version(trl.__version__).release[:2] != (1, 16):
-            raise RuntimeError(
-                f"GraftGRPOTrainer hooks TRL 1.16's GRPOTrainer internals; found trl "
-                f"{trl.__version__} (pip install trl==1.16.0)"
-            )
-        if choose not in CHOICES or (choose == "model") != (library_model is not None):
-            raise ValueError(
-                f"GraftGRPOTrainer: choose={choose!r} (one of {', '.join(CHOICES)}) with "
-                f"library_model={library_model!r}, which must be set exactly for 'model'"
-            )
-        super().__init__(*args, **kwargs)
         self.graft = self._algorithm(dict(graft_options or {}))
         self.problem_column = problem_column
-        problems, self._answers = self._column(problem_column), self._column(answer_column)
-        self.library = LibrarySource(
-            str(library), choose, library_model, problems, self.graft.config
-        )
-        self._dataset_index: dict[str, int] = {}
-        for index, key in enumerate(self.library.keys):
-            self._dataset_index.setdefault(key, index)
+        self._problems = self._column(problem_column)
+        self._answers = self._column(answer_column)
         self._rewards_per_func: torch.Tensor | None = None
 
     def _algorithm(self, options: dict[str, Any]) -> Algorithm:
-        """graft-library with TRL's group size, advantage rule and micro-batch count."""
+        """The exchange algorithm with TRL's group size, advantage rule and micro-batch count."""
         args, n = self.args, self.num_generations
-        unknown = sorted(set(options) - set(EXCHANGE_OPTIONS))
+        unknown = sorted(set(options) - set(self.exchange_options))
         if unknown:
             raise ValueError(
-                f"GraftGRPOTrainer: graft_options {unknown} are not exchange options "
-                f"({', '.join(EXCHANGE_OPTIONS)}); TRL's loss takes its settings from GRPOConfig"
+                f"{type(self).__name__}: graft_options {unknown} are not exchange options "
+                f"({', '.join(self.exchange_options)}); TRL's loss takes its settings from "
+                "GRPOConfig"
             )
         if self.scale_rewards not in ADVANTAGE_SCALES:
             raise ValueError(
-                f"GraftGRPOTrainer: scale_rewards={self.scale_rewards!r} normalises over the "
-                "batch, but a peer group carries its own group's advantages: "
+                f"{type(self).__name__}: scale_rewards={self.scale_rewards!r} normalises over "
+                "the batch, but a peer group carries its own group's advantages: "
                 "use 'group' or 'none'"
             )
         if self.multi_objective_aggregation != "sum_then_normalize":
             raise ValueError(
-                "GraftGRPOTrainer: multi_objective_aggregation='normalize_then_sum' normalises "
-                "over the batch; use 'sum_then_normalize'"
+                f"{type(self).__name__}: multi_objective_aggregation='normalize_then_sum' "
+                "normalises over the batch; use 'sum_then_normalize'"
             )
         if args.per_device_train_batch_size % n:
             raise ValueError(
-                f"GraftGRPOTrainer: per_device_train_batch_size={args.per_device_train_batch_size}"
-                f" must be a multiple of num_generations={n}, so that each micro-batch holds "
-                "whole groups, as this project's minibatches do"
+                f"{type(self).__name__}: per_device_train_batch_size="
+                f"{args.per_device_train_batch_size} must be a multiple of num_generations={n}, "
+                "so that each micro-batch holds whole groups, as this project's minibatches do"
             )
         if self._is_vlm:
-            raise ValueError("GraftGRPOTrainer: vision-language models are not supported")
+            raise ValueError(f"{type(self).__name__}: vision-language models are not supported")
         return algorithms.make(
-            "graft-library",
+            self.algorithm_name,
             n=n,
             adv_eps=TRL_ADVANTAGE_EPS,
             adv_scale=ADVANTAGE_SCALES[self.scale_rewards],
@@ -179,11 +182,45 @@ class GraftGRPOTrainer(GRPOTrainer):
         names = getattr(self.train_dataset, "column_names", None)
         if names is None or name not in names:
             raise LibraryError(
-                f"GraftGRPOTrainer: the train dataset needs a {name!r} column (columns: {names})"
+                f"{type(self).__name__}: the train dataset needs a {name!r} column "
+                f"(columns: {names})"
             )
         return list(self.train_dataset[name])
 
+    def _peers(
+        self, receiver: AgentRollouts, step: int
+    ) -> tuple[dict[str, AgentRollouts], dict[str, float]]:
+        """The step's peer rollouts by agent, advantages filled, in the exchange's agent
+        order (the receiver's place marked by `agent`), and counts to log. `receiver` holds
+        the whole generation batch (every process's groups) with its advantages."""
+        raise NotImplementedError
+
     # --- TRL's hooks ----------------------------------------------------------------
+
+    def _get_train_sampler(self, dataset=None):
+        return EpochSampler(super()._get_train_sampler(dataset))
+
+    def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
+        """transformers' loader, then the weights once more through `from_pretrained`: the
+        Trainer loads a checkpoint as a plain state dict, while transformers 5 saves some
+        architectures' weights under their legacy names (GPT-NeoX: `embed_out` for
+        `lm_head`), which that load skips with a warning, so a resumed run would go on with
+        its initial head (and a live agent's resumed step would differ from its record).
+        Sharded (FSDP, DeepSpeed) and adapter checkpoints keep transformers' loader."""
+        super()._load_from_checkpoint(resume_from_checkpoint, model)
+        unwrapped = self.accelerator.unwrap_model(self.model if model is None else model)
+        sharded = self.is_fsdp_enabled or self.is_deepspeed_enabled
+        if (
+            sharded
+            or not isinstance(unwrapped, PreTrainedModel)
+            or not any(
+                Path(resume_from_checkpoint, name).is_file()
+                for name in ("model.safetensors", "model.safetensors.index.json")
+            )
+        ):
+            return
+        saved = type(unwrapped).from_pretrained(resume_from_checkpoint, dtype=unwrapped.dtype)
+        unwrapped.load_state_dict(saved.state_dict())
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         self._rewards_per_func = super()._calculate_rewards(
@@ -209,47 +246,48 @@ class GraftGRPOTrainer(GRPOTrainer):
     # --- the update -------------------------------------------------------------------
 
     def _graft(self, inputs: list[dict], batch: dict[str, Any]) -> dict[str, Any]:
-        """The generation batch with its rescued groups replaced and its rows in minibatch
-        order; every row's weight is `graft_weight` and `graft_peer` marks peer rows."""
+        """The generation batch with its transferred groups spliced in and its rows in
+        minibatch order; every row's weight is `graft_weight` and `graft_peer` marks peer
+        rows. The exchange runs on the whole batch (all processes), identically on each."""
         n = self.num_generations
         keys = [prompt_key(row[self.problem_column]) for row in inputs]
         starts = range(0, len(keys), n)
         split = [p for p, start in enumerate(starts) if len(set(keys[start : start + n])) != 1]
         if split:
             raise ValueError(
-                f"GraftGRPOTrainer: rows {split[0] * n}..{split[0] * n + n - 1} of this "
+                f"{type(self).__name__}: rows {split[0] * n}..{split[0] * n + n - 1} of this "
                 "process are not one prompt's group (a group split across processes?)"
             )
-        missing = [start for start in starts if keys[start] not in self._dataset_index]
-        if missing:
-            problem = inputs[missing[0]][self.problem_column]
-            raise LibraryError(
-                f"GraftGRPOTrainer: batch problem {problem[:60]!r} is not in the train dataset"
-            )
-        indices = [self._dataset_index[keys[start]] for start in starts]
-        receiver = self._receiver(inputs, batch, keys[::n])
-        lookup = self.library.lookup(receiver, indices, self._verify)
-        rollouts = {RECEIVER: receiver, LIBRARY_AGENT: lookup.rollouts}
-        self.graft.compute_advantages(rollouts)
-        rng = step_rng(self.args.seed, self.state.global_step)
-        exchanged = self.graft.exchange(rollouts, [RECEIVER], self._scorer(batch), rng)
-        transfers = exchanged.transfers[RECEIVER]
-        batch = self._replace(batch, transfers, lookup)
-        peer = {group.prompt_index for group in transfers}
+        receiver = self._gathered(self._receiver(inputs, batch, keys[::n]))
+        self.graft.compute_advantages({self.agent: receiver})
+        # the micro-step this generation batch starts at: unique per batch also when one
+        # optimiser step spans several batches, and the same after a resume (at an
+        # optimiser step, where `_step` restarts)
+        gas = self.args.gradient_accumulation_steps
+        step = self.state.global_step * gas + self._step % gas
+        peers, counts = self._peers(receiver, step)
+        rollouts = {name: receiver if name == self.agent else peers[name] for name in peers}
+        rng = step_rng(self.args.seed, step)
+        exchanged = self.graft.exchange(rollouts, [self.agent], self._scorer(batch), rng)
+        transfers = exchanged.transfers[self.agent]
+        batch, mine = self._replace(batch, transfers, rollouts)
+        peer = {group.prompt_index for group in mine}
         chunks = order_minibatches(
-            [p in peer for p in range(len(indices))],
+            [p in peer for p in range(len(starts))],
             self.args.steps_per_generation,
             self.graft.config.order,
             rng=rng,
         )
         order = torch.tensor([p * n + i for chunk in chunks for p in chunk for i in range(n)])
-        self._log_counts(lookup, transfers)
+        self._log_counts(counts, transfers)
         return {key: in_order(value, order) for key, value in batch.items()}
 
     def _receiver(
         self, inputs: list[dict], batch: dict[str, Any], keys: list[str]
     ) -> AgentRollouts:
-        """The batch's groups as this project's rollouts, with TRL's total rewards."""
+        """This process's groups as this project's rollouts, with TRL's total rewards and
+        the sampler's per-token log-probs where TRL keeps them (vLLM's, or pi_old's, which
+        sampled them with transformers' generate)."""
         n, rows = self.num_generations, len(inputs)
         process = self.accelerator.process_index
         totals = self._rewards_per_func * self.reward_weights.to(self._rewards_per_func.device)
@@ -257,8 +295,9 @@ class GraftGRPOTrainer(GRPOTrainer):
         wrong = rewards[(rewards != 0) & (rewards != 1)]
         if wrong.size:
             raise ValueError(
-                f"GraftGRPOTrainer: the gate needs binary rewards (1 correct, 0 not), "
-                f"got total reward {wrong[0]:g}: use math_reward or a 0/1 correctness reward"
+                f"{type(self).__name__}: the gate needs binary rewards (1 correct, 0 not), "
+                f"got total reward {wrong[0]:g}: use math_reward or a 0/1 "
+                "correctness reward"
             )
         mask = batch["completion_mask"].bool().cpu()
         ids = [
@@ -267,22 +306,49 @@ class GraftGRPOTrainer(GRPOTrainer):
         ]
         texts = self._tokenizer.batch_decode(ids, skip_special_tokens=True)
         ended = ["stop" if row and row[-1] in self.eos_token_ids else "length" for row in ids]
+        sampler = batch.get("sampling_per_token_logps", batch.get("old_per_token_logps"))
+        logprobs = (
+            [np.empty(0)] * rows
+            if sampler is None
+            else [
+                row[keep].double().numpy()
+                for row, keep in zip(sampler.detach().cpu(), mask, strict=True)
+            ]
+        )
 
         def groups(values: list) -> list[list]:
             return [values[start : start + n] for start in range(0, rows, n)]
 
         return AgentRollouts(
-            agent=RECEIVER,
+            agent=self.agent,
             prompt_ids=keys,
             prompts=[row[self.problem_column] for row in inputs[::n]],
             texts=groups(texts),
             token_ids=groups(ids),
-            # the exchange never reads the receiver's generation log-probs (its pi_old enters
-            # through the scorer), and TRL keeps them only in some configurations
-            logprobs=groups([np.empty(0)] * rows),
+            logprobs=groups(logprobs),
             finish_reasons=groups(ended),
             rewards=rewards.reshape(-1, n),
         )
+
+    def _gathered(self, local: AgentRollouts) -> AgentRollouts:
+        """The rollouts of every process, in process order (TRL's order of the batch)."""
+        if self.accelerator.num_processes == 1:
+            return local
+        fields = ("prompt_ids", "prompts", "texts", "token_ids", "logprobs", "finish_reasons")
+        rows = list(zip(*(getattr(local, name) for name in fields), local.rewards, strict=True))
+        every = gather_object(rows)
+        columns = list(zip(*every, strict=True))
+        return AgentRollouts(
+            agent=local.agent,
+            **{name: list(column) for name, column in zip(fields, columns, strict=False)},
+            rewards=np.stack(columns[-1]),
+        )
+
+    def _local_prompts(self, batch: dict[str, Any]) -> range:
+        """The prompts of the whole batch this process holds (every process holds as many)."""
+        size = batch["prompt_ids"].size(0) // self.num_generations
+        start = self.accelerator.process_index * size
+        return range(start, start + size)
 
     def _verify(
         self, indices: Sequence[int], groups: Mapping[str, Sequence[Sequence[str]]]
@@ -306,20 +372,52 @@ class GraftGRPOTrainer(GRPOTrainer):
         return [*ids["input_ids"], *([self._tokenizer.eos_token_id] * (finish_reason == "stop"))]
 
     def _scorer(self, batch: dict[str, Any]):
-        """The receiver's scorer: peer texts re-tokenised and scored by this model (pi_old)."""
-        n = self.num_generations
+        """The receiver's scorer: peer texts re-tokenised and scored by this model (pi_old),
+        on every process (`_logps_everywhere`)."""
 
         def score(
             receiver: str, prompts: Sequence[int], texts: Sequence[str], reasons: Sequence[str]
         ) -> list[ScoredText]:
             ids = [self._encode_response(t, r) for t, r in zip(texts, reasons, strict=True)]
-            logps = self._logps(False, batch, [p * n for p in prompts], ids)
+            logps = self._logps_everywhere(False, batch, prompts, ids)
             return [
-                ScoredText(row, logp[: len(row)].cpu().double().numpy())
+                ScoredText(row, logp.cpu().double().numpy())
                 for row, logp in zip(ids, logps, strict=True)
             ]
 
         return score
+
+    def _logps_everywhere(
+        self,
+        reference: bool,
+        batch: dict[str, Any],
+        prompts: Sequence[int],
+        completions: Sequence[list[int]],
+    ) -> list[torch.Tensor]:
+        """Per-token log-probs of `completions[j]` after batch prompt `prompts[j]` (of the
+        whole batch), the same list on every process. Each process scores the rows of its
+        own prompts, padded with one-token rows to the most any process has, so that every
+        process runs the same forward passes; the results are gathered. Every process
+        calls this with the same arguments (the exchange is computed identically on each)."""
+        if not completions:
+            return []
+        local, n = self._local_prompts(batch), self.num_generations
+        owners = [p // len(local) for p in prompts]
+        counts = [owners.count(rank) for rank in range(self.accelerator.num_processes)]
+        mine = [j for j, owner in enumerate(owners) if owner == self.accelerator.process_index]
+        padding = max(counts) - len(mine)
+        rows = [(prompts[j] - local.start) * n for j in mine] + [0] * padding
+        ids = [list(completions[j]) for j in mine] + [[self._tokenizer.eos_token_id]] * padding
+        width = max(map(len, completions))
+        logps = self._logps(reference, batch, rows, ids)
+        logps = torch.nn.functional.pad(logps, (0, width - logps.size(1)))
+        every = self.accelerator.gather(logps) if self.accelerator.num_processes > 1 else logps
+        out: list[torch.Tensor | None] = [None] * len(completions)
+        for rank in range(self.accelerator.num_processes):
+            at = [j for j, owner in enumerate(owners) if owner == rank]
+            for k, j in enumerate(at):
+                out[j] = every[rank * max(counts) + k, : len(completions[j])]
+        return out
 
     def _logps(
         self,
@@ -328,9 +426,9 @@ class GraftGRPOTrainer(GRPOTrainer):
         rows: Sequence[int],
         completions: Sequence[list[int]],
     ) -> torch.Tensor:
-        """Per-token log-probs of `completions[j]` after the prompt of batch row `rows[j]`
-        under this model (pi_old) or, with `reference`, TRL's reference, as TRL computes
-        them for its loss (temperature, padding)."""
+        """Per-token log-probs of `completions[j]` after the prompt of this process's batch
+        row `rows[j]` under this model (pi_old) or, with `reference`, TRL's reference, as
+        TRL computes them for its loss (temperature, padding)."""
         model, context = self.model, contextlib.nullcontext()
         if reference and self.ref_model is not None:
             model = self.ref_model
@@ -354,36 +452,108 @@ class GraftGRPOTrainer(GRPOTrainer):
         return logps
 
     def _replace(
-        self, batch: dict[str, Any], transfers: Sequence[TransferredGroup], lookup: Lookup
-    ) -> dict[str, Any]:
-        """The batch with each transferred group's rows holding its peer responses
-        (`trl_batch.with_peer_rows`) and TRL's loss normaliser over the new rows."""
-        n = self.num_generations
+        self,
+        batch: dict[str, Any],
+        transfers: Sequence[TransferredGroup],
+        rollouts: Mapping[str, AgentRollouts],
+    ) -> tuple[dict[str, Any], list[TransferredGroup]]:
+        """The batch with each transferred group of this process's prompts holding its peer
+        responses (`trl_batch.with_peer_rows`) and TRL's loss normaliser over the new rows;
+        and those groups, with prompt indices into this process's rows."""
+        n, local = self.num_generations, self._local_prompts(batch)
         peer_rows = [(g, i) for g in transfers for i in range(n)]
         reference = None
-        if "ref_per_token_logps" in batch and peer_rows:
-            row_of = [g.prompt_index * n + i for g, i in peer_rows]
-            ids = [g.scored[i].token_ids for g, i in peer_rows]
-            reference = self._logps(True, batch, row_of, ids)
+        if "ref_per_token_logps" in batch and peer_rows:  # every process scores them all
+            reference = self._logps_everywhere(
+                True,
+                batch,
+                [g.prompt_index for g, _ in peer_rows],
+                [g.scored[i].token_ids for g, i in peer_rows],
+            )
+        mine, truncated, references = [], [], []
+        for j, group in enumerate(transfers):
+            if group.prompt_index in local:
+                reasons = rollouts[group.source].finish_reasons[group.prompt_index]
+                mine.append(
+                    dataclasses.replace(group, prompt_index=group.prompt_index - local.start)
+                )
+                truncated.append([reason == "length" for reason in reasons])
+                if reference is not None:
+                    references.extend(reference[j * n : (j + 1) * n])
         pad_id, masked = self._tokenizer.pad_token_id, self.mask_truncated_completions
-        out = with_peer_rows(batch, transfers, lookup, n, pad_id, masked, reference)
+        out = with_peer_rows(
+            batch, mine, truncated, n, pad_id, masked, references if reference else None
+        )
         loss_mask = out["completion_mask"] * out.get("tool_mask", 1)
         # every process gathers, whether or not it received peer rows
         out["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
-        return out
+        return out, mine
 
-    def _log_counts(self, lookup: Lookup, transfers: Sequence[TransferredGroup]) -> None:
-        """The lookup's counts and what the gate moved, summed over processes."""
+    def _log_counts(
+        self, counts: Mapping[str, float], transfers: Sequence[TransferredGroup]
+    ) -> None:
+        """The peers' counts and what the gate moved over the whole batch (the same on
+        every process)."""
         weights = [group.weights for group in transfers]
         admitted = sum(int(np.count_nonzero(w > 0)) for w in weights)
-        counts = {
-            **lookup.counts,
-            "library/used_groups": float(len(transfers)),
-            "library/rescued_prompts": float(sum(bool(np.any(w > 0)) for w in weights)),
-            "library/peer_sequences": float(admitted),
-            "library/removed_peer_responses": float(sum(w.size for w in weights) - admitted),
+        prefix = self.metric_prefix
+        moved = {
+            **counts,
+            f"{prefix}/used_groups": float(len(transfers)),
+            f"{prefix}/rescued_prompts": float(sum(bool(np.any(w > 0)) for w in weights)),
+            f"{prefix}/peer_sequences": float(admitted),
+            f"{prefix}/removed_peer_responses": float(sum(w.size for w in weights) - admitted),
         }
-        values = torch.tensor(list(counts.values()), device=self.accelerator.device)
-        totals = self.accelerator.reduce(values, reduction="sum").tolist()
-        for name, total in zip(counts, totals, strict=True):
-            self._metrics["train"][name].append(total)
+        for name, value in moved.items():
+            self._metrics["train"][name].append(value)
+
+
+class GraftGRPOTrainer(ExchangeGRPOTrainer):
+    """TRL's GRPOTrainer with graft-library's update on its all-fail groups.
+
+    library: a trajectory library (`graft library build/import`); choose and
+    library_model: its choice rule and model filter (run config `library:`);
+    graft_options: `EXCHANGE_OPTIONS` of graft-library (delta, order, ...);
+    problem_column / answer_column: the train dataset's problem text (the library key)
+    and gold answer (which re-verifies the stored groups)."""
+
+    def __init__(
+        self,
+        *args: Any,
+        library: str,
+        choose: str = "most_recent",
+        library_model: str | None = None,
+        graft_options: Mapping[str, Any] | None = None,
+        problem_column: str = "problem",
+        answer_column: str = "answer",
+        **kwargs: Any,
+    ) -> None:
+        check_trl_version("GraftGRPOTrainer")
+        if choose not in CHOICES or (choose == "model") != (library_model is not None):
+            raise ValueError(
+                f"GraftGRPOTrainer: choose={choose!r} (one of {', '.join(CHOICES)}) with "
+                f"library_model={library_model!r}, which must be set exactly for 'model'"
+            )
+        super().__init__(*args, **kwargs)
+        self._setup_exchange(graft_options, problem_column, answer_column)
+        self.library = LibrarySource(
+            str(library), choose, library_model, self._problems, self.graft.config
+        )
+        self._dataset_index: dict[str, int] = {}
+        for index, key in enumerate(self.library.keys):
+            self._dataset_index.setdefault(key, index)
+
+    def _peers(
+        self, receiver: AgentRollouts, step: int
+    ) -> tuple[dict[str, AgentRollouts], dict[str, float]]:
+        """The library's groups for the batch's all-fail prompts (`LibrarySource.lookup`)."""
+        missing = [p for p, key in enumerate(receiver.prompt_ids) if key not in self._dataset_index]
+        if missing:
+            raise LibraryError(
+                f"GraftGRPOTrainer: batch problem {receiver.prompts[missing[0]][:60]!r} is not "
+                "in the train dataset"
+            )
+        indices = [self._dataset_index[key] for key in receiver.prompt_ids]
+        lookup: Lookup = self.library.lookup(receiver, indices, self._verify)
+        self.graft.compute_advantages({LIBRARY_AGENT: lookup.rollouts})
+        return {RECEIVER: receiver, LIBRARY_AGENT: lookup.rollouts}, lookup.counts

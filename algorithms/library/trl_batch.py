@@ -1,6 +1,7 @@
 """The rows of TRL's generation batch under graft-library (`trl_adapter`): a transferred
 group's peer responses written over its receiver rows, and the rows put in minibatch order;
-and activation checkpointing switched off around the peer rows' scoring.
+activation checkpointing switched off around the peer rows' scoring; and TRL's prompt sampler
+made resumable (`EpochSampler`).
 
 A peer row holds the peer's tokens (re-tokenised by the receiver), the receiver's scoring as
 its old (and sampler) log-probs, so the sampler ratio is 1, and its weighted advantage a w;
@@ -14,9 +15,10 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import numpy as np
 import torch
+from trl.trainer.utils import RepeatSampler
 
-from algorithms.library.source import Lookup
 from graft_env.types import TransferredGroup
 
 PER_TOKEN = ("old_per_token_logps", "ref_per_token_logps", "sampling_per_token_logps")
@@ -25,16 +27,17 @@ PER_TOKEN = ("old_per_token_logps", "ref_per_token_logps", "sampling_per_token_l
 def with_peer_rows(
     batch: dict[str, Any],
     transfers: Sequence[TransferredGroup],
-    lookup: Lookup,
+    truncated: Sequence[Sequence[bool]],
     n: int,
     pad_token_id: int,
     mask_truncated: bool,
-    reference: torch.Tensor | None,
+    reference: Sequence[torch.Tensor] | None,
 ) -> dict[str, Any]:
     """The batch (groups of `n` rows) with each transferred group's rows holding its peer
-    responses; `reference`: TRL's reference log-probs of the peer rows, in transfer order
-    (None: the batch has none). Every row's weight is `graft_weight`, `graft_peer` marks
-    peer rows."""
+    responses; `truncated[j][i]`: whether the source cut response i of group j at its token
+    limit; `reference`: TRL's reference log-probs of the peer rows, in transfer order (None:
+    the batch has none). Every row's weight is `graft_weight`, `graft_peer` marks peer
+    rows."""
     rows = batch["completion_ids"].size(0)
     device = batch["completion_ids"].device
     peer_rows = [(g, i) for g in transfers for i in range(n)]
@@ -54,8 +57,7 @@ def with_peer_rows(
     out["graft_peer"] = torch.zeros(rows, dtype=torch.bool, device=device)
     for j, ((group, i), row) in enumerate(zip(peer_rows, row_of, strict=True)):
         length, weight = len(ids[j]), float(group.weights[i])
-        truncated = lookup.chosen[group.prompt_index].finish_reasons[i] == "length"
-        keep = weight > 0 and not (mask_truncated and truncated)
+        keep = weight > 0 and not (mask_truncated and truncated[j // n][i])
         logps = torch.as_tensor(group.scored[i].logprobs, device=device)
         out["completion_ids"][row] = pad_token_id
         out["completion_ids"][row, :length] = torch.tensor(ids[j], device=device)
@@ -66,7 +68,8 @@ def with_peer_rows(
                 out[key][row] = 0.0
                 out[key][row, :length] = logps.to(out[key].dtype)
         if reference is not None:
-            out["ref_per_token_logps"][row] = reference[j]
+            out["ref_per_token_logps"][row] = 0.0
+            out["ref_per_token_logps"][row, :length] = reference[j][:length].to(device)
         if "tool_mask" in out:
             out["tool_mask"][row] = 1
         if "importance_sampling_ratio" in out:
@@ -106,3 +109,28 @@ def checkpointing_off(model: Any, kwargs: dict[str, Any] | None) -> Iterator[Non
             (model.activation_checkpointing_enable if new else model.gradient_checkpointing_enable)(
                 kwargs
             )
+
+
+class EpochSampler(RepeatSampler):
+    """TRL's `RepeatSampler` whose order in epoch e is drawn from (seed, e) alone.
+
+    TRL's draws each epoch's order from one generator seeded once, so a run resumed from a
+    checkpoint restarts that sequence and answers other prompts than the run it continues
+    (and than its live peers, which then refuse its step). The trainer calls `set_epoch`
+    before every epoch, fresh or resumed (accelerate forwards it to the sampler)."""
+
+    def __init__(self, sampler: RepeatSampler) -> None:
+        super().__init__(
+            sampler.data_source,
+            sampler.mini_repeat_count,
+            sampler.batch_size,
+            sampler.repeat_count,
+            sampler.shuffle,
+            sampler.seed,
+        )
+
+    def set_epoch(self, epoch: int) -> None:
+        if self.shuffle:
+            seed = 0 if self.seed is None else self.seed
+            state = np.random.SeedSequence([seed, epoch]).generate_state(1, dtype=np.uint64)[0]
+            self.generator.manual_seed(int(state))

@@ -18,6 +18,9 @@ vs_trl               our GRPO step against TRL's GRPOTrainer on the same workloa
                      per step and phase, tokens/s, peak RSS; and a 2-agent GRAFT step
                      against a 2-agent GRPO step (needs the bench extra, trl)
                      -> docs/measurements.md, "GRPO step vs TRL's GRPOTrainer"
+trl_graft_step       seconds per generation batch of a TRL-hosted live GRAFT agent
+                     (LiveGRPOTrainer) against plain TRL GRPOTrainer, alternating rounds
+                     -> docs/gpu.md, "Live GRAFT between TRL trainers"
 real_pair_step       one GRAFT step of the real small pair (SmolLM2-135M <-> Gemma-3-270M):
                      seconds per phase, peak resident memory
                      -> docs/measurements.md, "One GRAFT step of the real small pair"
