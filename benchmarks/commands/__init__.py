@@ -9,6 +9,5 @@ compare           `graft compare`: run a comparison grid and report it
 config_show       `graft config show`: the config schema by section and strategy, wrapped
 eval              `graft eval`: evaluate one model on the benchmarks (SPEC §10)
 library           `graft library`: build, import into and inspect trajectory libraries
-plan              `graft plan`: the memory plan of a run config on its GPUs, before anything loads
 train             `graft train`: run (or resume) a training run from a YAML config
 """

@@ -2,8 +2,7 @@
 
 `VLLMPolicy` is an `HFPolicy` (score, update, save and load are the transformers
 code, unchanged) whose `generate` is served by a `engine.llm.VLLMEngine` (a `vllm.LLM`
-built from the same weights; a worker group's rank 0 owns one too,
-`algorithms.training.ray.rank`). The engine's memory follows `engine.cycle`: with sleep
+built from the same weights). The engine's memory follows `engine.cycle`: with sleep
 mode (CUDA) it sleeps right after each generate (level 1 here: the sync sends only the
 blocks that changed, so the rest must survive the sleep), scoring and the update run with
 it asleep, and the sync wakes its weights, the next generate its KV cache.

@@ -72,8 +72,7 @@ def policy_gpu(device: str, tensor_parallel_size: int, environ: Mapping[str, str
     """The CUDA_VISIBLE_DEVICES entry of a single-process policy's GPU (`device` "cuda:N"),
     for its engine's processes: without it the engine would start, profile and stage on the
     process's first GPU, not the policy's. None off CUDA. A single-process policy stages one
-    buffer on its own GPU, so its engine is tensor-parallel only on CPU (a worker group's
-    ranks give each worker its GPU)."""
+    buffer on its own GPU, so its engine is tensor-parallel only on CPU."""
     parsed = torch.device(device)
     if parsed.type != "cuda":
         return None
@@ -81,8 +80,8 @@ def policy_gpu(device: str, tensor_parallel_size: int, environ: Mapping[str, str
         raise OptionError(
             "VLLMEngineOptions",
             "tensor_parallel_size",
-            f"{tensor_parallel_size} needs a worker group (ray.ranks_per_agent) on {device}: a "
-            "single-process policy stages its weights on one GPU",
+            f"{tensor_parallel_size} needs one GPU per engine worker, but a policy on {device} "
+            "stages its weights on its one GPU (tensor-parallel engines: TRL, docs/gpu.md)",
         )
     index = parsed.index or 0
     visible = environ.get("CUDA_VISIBLE_DEVICES")
@@ -110,9 +109,8 @@ class VLLMEngine:
 
     `policy` (an `HFPolicy`) gives the model path, tokenizer checks, EOS, compute dtype and
     log-prob temperature. `max_model_len`, `tensor_parallel_size` and `sleep_mode` override
-    the options' (a worker group derives them: `algorithms.training.ray.engine_settings`).
-    `visible_devices` (CUDA) is the CUDA_VISIBLE_DEVICES the engine's processes start with:
-    the GPUs of the ranks it spans, so worker i runs on the GPU of the replica's rank i.
+    the options'. `visible_devices` (CUDA) is the CUDA_VISIBLE_DEVICES the engine's processes
+    start with: the policy's GPU (`policy_gpu`).
     """
 
     def __init__(
