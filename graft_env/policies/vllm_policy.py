@@ -40,8 +40,6 @@ from graft_env.policies.loading import DTYPES
 from graft_env.policies.options import HFPolicyOptions, VLLMEngineOptions
 from graft_env.types import ScoredText, TrainBatch
 
-SLEEP_LEVEL = 1  # the incremental sync leaves unchanged blocks to survive the sleep
-
 
 class VLLMPolicy(HFPolicy):
     """An `HFPolicy` whose rollouts come from vLLM, kept in sync with every update."""
@@ -67,7 +65,7 @@ class VLLMPolicy(HFPolicy):
             visible_devices=gpu,
         )
         self.memory = PhaseMemory()
-        self.cycle = EngineCycle(self.engine, SLEEP_LEVEL, self.memory.release)
+        self.cycle = EngineCycle(self.engine, self.memory.release)
         self.max_model_len: int = self.engine.max_model_len
         self.stager: WeightStager | None = None  # laid out by the first sync
 
@@ -92,7 +90,7 @@ class VLLMPolicy(HFPolicy):
                     f"{self.name}: weight sync left engine parameters {untouched} unset; "
                     "the engine's model does not match the trained one"
                 )
-            self.engine.loaded(release_buffers=False)  # the workers keep the one buffer
+            self.engine.loaded()  # the workers keep the one buffer mapped
         return len(slots), skipped
 
     def close(self) -> None:
