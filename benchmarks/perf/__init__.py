@@ -20,7 +20,7 @@ vs_trl               our GRPO step against TRL's GRPOTrainer on the same workloa
                      -> docs/measurements.md, "GRPO step vs TRL's GRPOTrainer"
 trl_graft_step       seconds per generation batch of a TRL-hosted live GRAFT agent
                      (LiveGRPOTrainer) against plain TRL GRPOTrainer, alternating rounds
-                     -> docs/gpu.md, "Live GRAFT between TRL trainers"
+                     -> docs/gpu.md, "Live exchange between TRL runs"
 real_pair_step       one GRAFT step of the real small pair (SmolLM2-135M <-> Gemma-3-270M):
                      seconds per phase, peak resident memory
                      -> docs/measurements.md, "One GRAFT step of the real small pair"
