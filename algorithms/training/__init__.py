@@ -21,6 +21,7 @@ run_summary       the end-of-run summary `graft train` prints
 step              what one step produces (`StepRecord`) and its Trainer-free phases
 step_estimate     one step's time per phase on GPUs, from configs and the H200 measurements
 step_time/        the step estimate's parts: anchors, workload, phases, totals, table
+tensorboard_sink  the TensorBoard mirror: one writer per agent, s/w histograms, samples
 wandb_sink        the optional Weights & Biases mirror of metrics.jsonl
 """
 

@@ -364,6 +364,8 @@ class Trainer:
                     self._evaluate(record)
                 for name, metrics in record.metrics.items():
                     self.metrics.write(record.step, name, metrics)
+                    details = record.exchange_stats, record.rollouts.get(name)
+                    self.metrics.write_details(record.step, name, *details)
                 if self.step % self.config.checkpoint_every == 0 or self.step == self.config.steps:
                     self._save_checkpoint()
                 progress.update(record)
