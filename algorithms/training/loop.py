@@ -357,9 +357,13 @@ class Trainer:
         from algorithms.training.progress import StepProgress
 
         self.open(resume=resume)
+        start = self.evaluator.before_training(self.policies) if self.step == 0 else {}
         with StepProgress(self.config.steps, self.step, enabled=self.config.progress) as progress:
             while self.step < self.config.steps:
                 record = self.run_step()
+                for name, values in start.items():  # the evaluation before step 0, in its row
+                    record.metrics[name].update(values)
+                start = {}
                 if self.evaluator.due(self.step, self.config.steps):
                     self._evaluate(record)
                 for name, metrics in record.metrics.items():
