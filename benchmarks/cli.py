@@ -27,6 +27,7 @@ COMMAND_MODULES = {
     "compare": "benchmarks.commands.compare",
     "library": "benchmarks.commands.library",
     "plan": "benchmarks.commands.plan",
+    "plot": "benchmarks.commands.plot",
 }
 PROGRESS_BARS_VAR = "HF_HUB_DISABLE_PROGRESS_BARS"  # huggingface_hub's, read by transformers
 # What an interrupted command leaves behind, and how to go on from there.

@@ -10,5 +10,6 @@ config_show       `graft config show`: the config schema by section and strategy
 eval              `graft eval`: evaluate one model on the benchmarks (SPEC §10)
 library           `graft library`: build, import into and inspect trajectory libraries
 plan              `graft plan`: the memory plan of a run config on its GPUs, before anything loads
+plot              `graft plot`: the learning curves and exchange funnel of one run, as PNG
 train             `graft train`: run (or resume) a training run from a YAML config
 """
