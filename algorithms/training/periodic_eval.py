@@ -31,6 +31,11 @@ if TYPE_CHECKING:  # the policies pull in torch, which `graft train --help` must
     from graft_env.policies import Policy
 
 
+EVAL_TIMES = ("time/eval", "time/eval_start")
+"""The metrics keys of the evaluations' seconds (all agents together, in every agent's row
+of the step): not training time."""
+
+
 @dataclass(frozen=True)
 class EvalSpec(EvalSettings):
     """What to evaluate during training (absent or `every: 0`: no evaluation), sampled as

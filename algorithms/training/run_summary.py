@@ -19,6 +19,7 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
+from algorithms.training.periodic_eval import EVAL_TIMES
 from algorithms.training.run_config import TrainConfig
 from graft_env.data.procedural import SKILLS
 
@@ -95,7 +96,7 @@ def _held_out(config: TrainConfig, rows: Sequence[Mapping[str, Any]]) -> list[st
     if not lines:
         return []
     seconds = sum(  # each evaluation's time is in every agent's row: count it once per step
-        {r["step"]: r.get("time/eval", 0.0) + r.get("time/eval_start", 0.0) for r in rows}.values()
+        {r["step"]: sum(r.get(key, 0.0) for key in EVAL_TIMES) for r in rows}.values()
     )
     spec = config.eval
     limit = f"first {spec.limit}" if spec.limit else "all"
