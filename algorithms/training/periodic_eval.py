@@ -14,6 +14,7 @@ test split).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import time
@@ -29,6 +30,8 @@ from graft_env.data.procedural import SKILLS
 
 if TYPE_CHECKING:  # the policies pull in torch, which `graft train --help` must not wait for
     from graft_env.policies import Policy
+
+log = logging.getLogger(__name__)
 
 
 EVAL_TIMES = ("time/eval", "time/eval_start")
@@ -145,6 +148,8 @@ class PeriodicEvaluator:
         is configured."""
         if not self.spec.every:
             return {}
+        sizes = ", ".join(f"{name} ({len(problems)})" for name, problems in self.sets.items())
+        log.info("held-out evaluation before training, k = %d: %s", self.spec.k, sizes)
         started = time.perf_counter()
         out = {
             name: {f"eval_start/{key}": float(v) for key, v in self._summary(policy).items()}
