@@ -99,7 +99,9 @@ def _held_out(config: TrainConfig, rows: Sequence[Mapping[str, Any]]) -> list[st
         {r["step"]: sum(r.get(key, 0.0) for key in EVAL_TIMES) for r in rows}.values()
     )
     spec = config.eval
-    limit = f"first {spec.limit}" if spec.limit else "all"
+    limit = f"the first {spec.limit}" if spec.limit else "all"
+    if spec.distinct:
+        limit = f"the distinct of {limit}"
     lines.append(
         f"  held-out sets: {', '.join(spec.datasets)} ({limit} problems each, k = {spec.k}); "
         f"evaluation time {seconds:.0f}s"

@@ -126,5 +126,8 @@ def test_the_summary_gives_held_out_pass_before_and_after_training_and_its_time(
     assert f"  tiny-a: held-out average/pass@1 (after N updates) {trend}" in lines
     assert f"  tiny-b: held-out average/pass@1 (after N updates) {trend}" in lines
     # three evaluations of both agents: 3 s + 2 s + 2 s, counted once per step
-    held_out = "procedural/gcd, procedural/addition (first 8 problems each, k = 2)"
+    held_out = "procedural/gcd, procedural/addition (the first 8 problems each, k = 2)"
     assert f"  held-out sets: {held_out}; evaluation time 7s" in lines
+    distinct = small_config("run", "grpo", steps=4, eval={**EVAL, "distinct": True})
+    text = "\n".join(run_summary(distinct, rows, threads=1, checkpoint=None))
+    assert "(the distinct of the first 8 problems each, k = 2)" in text
