@@ -30,6 +30,7 @@ COMMAND_MODULES = {
     "library": "benchmarks.commands.library",
     "data": "benchmarks.commands.data",
     "env": "benchmarks.commands.env",
+    "plot": "benchmarks.commands.plot",
 }
 # commands graft does not run -> what does that job instead (one line, exit status 2)
 RETIRED_COMMANDS = {

@@ -18,6 +18,7 @@ run_config/       `TrainConfig`: the YAML run config, its sections and checks, v
 run_dir           run directories: checked first, the marker, --fresh, --restart, run.log
 run_summary       the end-of-run summary `graft train` prints
 step              what one step produces (`StepRecord`) and its Trainer-free phases
+tensorboard_sink  the TensorBoard mirror: one writer per agent, s/w histograms, samples
 wandb_sink        the optional Weights & Biases mirror of metrics.jsonl
 """
 
