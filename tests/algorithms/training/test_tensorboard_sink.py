@@ -73,3 +73,16 @@ def test_received_directions_drop_the_source_only_when_there_is_one():
         "exchange/received/b/admitted": 2.0,
         "exchange/received/c/admitted": 3.0,
     }
+
+
+def test_a_resumed_run_replaces_the_steps_it_logs_again(tmp_path):
+    first = TensorBoardSink(tmp_path)
+    for step in range(3):  # killed after step 2; its checkpoint is at step 1
+        first.scalars(step, "a", {"reward_mean": 0.0})
+    first.close()
+    resumed = TensorBoardSink(tmp_path)
+    for step in (1, 2):
+        resumed.scalars(step, "a", {"reward_mean": 1.0})
+    resumed.close()
+    values = [(e.step, e.value) for e in events(tmp_path / "tb" / "a").Scalars("reward_mean")]
+    assert values == [(0, 0.0), (1, 1.0), (2, 1.0)]
