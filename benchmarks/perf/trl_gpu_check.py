@@ -8,9 +8,9 @@ interpreter's modules after that import, less what torch, transformers and accel
 require). Where there is internet, with the GPU machine's Python version, fetch them into
 a folder that travels with the checkout; there, install them from it:
 
-    python benchmarks/perf/trl_gpu_check.py --wheels     # prints both commands:
-    pip download --dest wheels/ --no-deps --only-binary=:all: --python-version 3.11 \\
-        --platform manylinux_2_28_x86_64 trl==1.16.0 datasets==5.2.0 ...
+    python benchmarks/perf/trl_gpu_check.py --wheels --python 3.11   # prints both commands:
+    pip download --dest wheels/ --no-deps --only-binary=:all: --python-version 311 \\
+        --implementation cp --platform manylinux_2_28_x86_64 ... trl==1.16.0 ...
     pip install --no-index --find-links wheels/ trl==1.16.0 datasets==5.2.0 ...
 
 (`--wheels` runs by path, before anything is installed.) Then, from the checkout:
@@ -80,7 +80,8 @@ WHEELS = (
 """The distributions beyond torch, transformers and accelerate (and what they require), at
 the versions this check ran with. pydantic's four are also transformers 5's dependencies;
 they are listed because older transformers releases do not bring them."""
-PLATFORM = "manylinux_2_28_x86_64"  # glibc >= 2.28; pip also takes older manylinux wheels
+PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
+"""x86-64 Linux with glibc >= 2.28; pip download takes only the tags named."""
 BUDGETS = {"live": 180.0, "step": 270.0}
 """Seconds per stage (imports, model set-up and training): 7.5 minutes with the parent's
 own, the rest of the 8."""
@@ -126,7 +127,8 @@ def wheel_commands(python: str) -> tuple[str, str]:
     version = python.replace(".", "")
     download = (
         "pip download --dest wheels/ --no-deps --only-binary=:all: "
-        f"--python-version {version} --implementation cp --platform {PLATFORM} {names}"
+        f"--python-version {version} --implementation cp "
+        f"{' '.join(f'--platform {tag}' for tag in PLATFORMS)} {names}"
     )
     return download, f"pip install --no-index --find-links wheels/ {names}"
 

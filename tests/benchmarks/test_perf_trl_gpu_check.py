@@ -5,6 +5,7 @@ checkout runs both stages, so the wheel list is complete and nothing else is imp
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -114,3 +115,13 @@ def test_smoke_runs_both_stages_with_only_the_gpu_machine_s_packages(tmp_path):
     assert step["steps"][0]["exchange/used_groups"] == 1.0
     assert step["update_tokens"] == 2 * 4 * (16 + 32)  # 2 micro-batches of a 4-row group
     assert step["update_tokens_per_s"] > 0 and step["peak_rss_gib"] > 0
+
+
+def test_a_stage_past_its_budget_is_killed_and_recorded_as_timed_out(tmp_path):
+    """Half a second cannot even import torch: the child is killed and the stage's record
+    says so, with what the child had written (its versions are not even there yet)."""
+    options = argparse.Namespace(device="cpu", threads=1, smoke=True)
+    record = trl_gpu_check.run_stage("step", 0.5, tmp_path, options)
+    assert record["status"] == "timed out" and record["budget_s"] == 0.5
+    assert record["exit_codes"] == {trl_gpu_check.RECEIVER: -9}  # SIGKILL
+    assert record["seconds"] < 30
