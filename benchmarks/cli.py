@@ -28,9 +28,14 @@ COMMAND_MODULES = {
     "eval": "benchmarks.commands.eval",
     "compare": "benchmarks.commands.compare",
     "library": "benchmarks.commands.library",
-    "plan": "benchmarks.commands.plan",
     "data": "benchmarks.commands.data",
     "env": "benchmarks.commands.env",
+    "plot": "benchmarks.commands.plot",
+}
+# commands graft does not run -> what does that job instead (one line, exit status 2)
+RETIRED_COMMANDS = {
+    "plan": "the GPU memory plan is not part of graft; estimate a model's memory with "
+    "`accelerate estimate-memory <model>` (docs/gpu.md)",
 }
 PROGRESS_BARS_VAR = "HF_HUB_DISABLE_PROGRESS_BARS"  # huggingface_hub's, read by transformers
 # What an interrupted command leaves behind, and how to go on from there.
@@ -171,6 +176,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     threads.process_defaults()
     _quiet_loading_bars()
     argv = sys.argv[1:] if argv is None else list(argv)
+    retired = RETIRED_COMMANDS.get(_command_of(argv) or "")
+    if retired is not None:
+        print(f"graft {_command_of(argv)}: error: {retired}", file=sys.stderr)
+        return 2
     args = build_parser(_command_of(argv)).parse_args(argv)
     try:
         status = int(args.func(args) or 0)

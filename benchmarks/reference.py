@@ -134,49 +134,6 @@ def config_reference() -> str:
     )
 
 
-def memory_per_phase_png(config_path: Path, gpu_gib: float, gpus: int) -> bytes:
-    """`graft plan`'s memory plan of a run config as a PNG: per agent and phase, stacked GiB by
-    term (persistent state, then the phase's own), beside each GPU's usable memory."""
-    from io import BytesIO
-
-    from matplotlib.figure import Figure
-
-    from algorithms.training import memory_plan
-    from algorithms.training.run_config import load_config
-
-    # The plan reads the model configs, never the prompts: a dataset without files lets the
-    # config load where the data directory is absent (a docs build).
-    config = load_config(config_path, ["env.dataset=procedural"])
-    work = memory_plan.run_workload(config, 1024)
-    devices = memory_plan.plan_run(config, work, gpu_gib * memory_plan.GIB, gpus)
-    agents = [(device, name, plan) for device in devices for _, name, plan in device.agents]
-    figure = Figure(figsize=(4.2 * len(agents), 3.8))
-    axes = figure.subplots(1, len(agents), sharey=True, squeeze=False)[0]
-    colours: dict[str, object] = {}
-    for ax, (device, name, plan) in zip(axes, agents, strict=True):
-        for x, phase in enumerate(memory_plan.PHASES):
-            bottom = 0.0
-            for term in (*plan.persistent, *plan.phases[phase]):
-                gib = term.bytes / memory_plan.GIB
-                colour = colours.setdefault(term.name, f"C{len(colours)}")
-                ax.bar(x, gib, bottom=bottom, color=colour, label=term.name, width=0.6)
-                bottom += gib
-        ax.axhline(device.usable / memory_plan.GIB, color="black", linestyle="--", linewidth=1)
-        ax.set_xticks(range(len(memory_plan.PHASES)), memory_plan.PHASES)
-        ax.set_title(f"{name} ({device.device})", fontsize=10)
-    axes[0].set_ylabel(f"GiB per GPU (dashed: usable of {gpu_gib:g} GiB)")
-    handles = {
-        label: handle
-        for ax in axes
-        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True)
-    }
-    figure.legend(handles.values(), handles.keys(), loc="center right", fontsize=8)
-    figure.subplots_adjust(right=0.72, wspace=0.08)
-    out = BytesIO()
-    figure.savefig(out, format="png", dpi=100)
-    return out.getvalue()
-
-
 def registry_block(readme: str) -> str:
     """The text between README.md's registry markers."""
     return readme[readme.index(BEGIN) + len(BEGIN) : readme.index(END)].strip("\n")

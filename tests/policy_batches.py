@@ -1,4 +1,4 @@
-"""Small train batches and parameter snapshots shared by the policy and worker-group tests."""
+"""Small train batches and parameter snapshots shared by the policy tests."""
 
 from __future__ import annotations
 

@@ -28,9 +28,6 @@ def hooks():
 def test_a_marker_is_replaced_by_its_generator_and_an_unknown_one_stops_the_build():
     fill = hooks().fill
     assert fill("a\n<!-- generated: registry -->\nb", "x.md") == f"a\n{registry_table()}\nb"
-    assert fill("<!-- generated: memory-per-phase -->", "a/b.md").endswith(
-        "(../generated/memory_per_phase.png)"
-    )
     assert fill("no markers", "x.md") == "no markers"
     with pytest.raises(ValueError, match=r"^x\.md: unknown generated block 'nope'"):
         fill("<!-- generated: nope -->", "x.md")

@@ -1,7 +1,7 @@
 """No text a user reads cites a tracker issue or a file the repository does not ship: the
 README, the docs pages (the study records under docs/results and docs/study keep theirs),
 config comments, every `graft` help text, the generated reference pages, and every string
-literal the code can print (help, errors, `graft plan` output) other than docstrings."""
+literal the code can print (help, errors, command output) other than docstrings."""
 
 from __future__ import annotations
 

@@ -8,8 +8,6 @@ Modules:
 checkpoint        checkpoints that are complete or detectably not
 eval_settings     `EvalSettings`: how evaluation samples and which problems it draws
 loop              `Trainer`: the common multi-agent loop (rollout, verify, exchange, update)
-memory_check      whether a run fits its GPUs before launch: the one-line refusal
-memory_plan/      what each policy holds on its GPU per phase of a step, from configs alone
 metric_docs       what each logged metric means: the docs site's metrics page
 metrics           per-step metrics and the metrics.jsonl log
 periodic_eval     evaluation during training and the best checkpoint per agent
@@ -20,8 +18,7 @@ run_config/       `TrainConfig`: the YAML run config, its sections and checks, v
 run_dir           run directories: checked first, the marker, --fresh, --restart, run.log
 run_summary       the end-of-run summary `graft train` prints
 step              what one step produces (`StepRecord`) and its Trainer-free phases
-step_estimate     one step's time per phase on GPUs, from configs and the H200 measurements
-step_time/        the step estimate's parts: anchors, workload, phases, totals, table
+tensorboard_sink  the TensorBoard mirror: one writer per agent, s/w histograms, samples
 wandb_sink        the optional Weights & Biases mirror of metrics.jsonl
 """
 

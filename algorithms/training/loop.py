@@ -201,7 +201,7 @@ class Trainer:
         sink = WandbSink(self.config.wandb, self.run_dir, resolved) if self.config.wandb else None
         self.metrics = MetricsLog(self.run_dir, tensorboard=self.config.tensorboard, wandb=sink)
         if self.config.tensorboard:
-            write_hparams(self.run_dir, resolved)
+            write_hparams(self.run_dir, resolved, [a.name for a in self.config.agents])
         self.metrics.truncate_to(self.step)
 
     # --- one step --------------------------------------------------------------
@@ -401,13 +401,19 @@ class Trainer:
 
         try:
             self.open(resume=resume)
+            start = self.evaluator.before_training(self.policies) if self.step == 0 else {}
             with StepProgress(self.config.steps, self.step, enabled=self.config.progress) as bar:
                 while self.step < self.config.steps:
                     record = self.run_step()
+                    for name, values in start.items():  # the evaluation before step 0, in its row
+                        record.metrics[name].update(values)
+                    start = {}
                     if self.evaluator.due(self.step, self.config.steps):
                         self._evaluate(record)
                     for name, metrics in record.metrics.items():
                         self.metrics.write(record.step, name, metrics)
+                        details = record.exchange_stats, record.rollouts.get(name)
+                        self.metrics.write_details(record.step, name, *details)
                     last = self.step == self.config.steps
                     if self.step % self.config.checkpoint_every == 0 or last:
                         self._save_checkpoint()

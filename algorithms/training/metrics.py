@@ -1,9 +1,10 @@
 """Per-step metrics: what to measure from rollouts, and where to write it.
 
 `MetricsLog` appends one JSON object per (step, agent) to ``metrics.jsonl`` and,
-when the `tensorboard` package is importable, mirrors every number to TensorBoard
-event files under ``tensorboard/`` (and to wandb when the run config asks for it,
-see `algorithms.training.wandb_sink`). On resume the JSONL is cut back to the steps
+when the `tensorboard` package is importable, mirrors every number to TensorBoard,
+one writer per agent under ``tb/<agent>/`` with histograms of s and w and sample
+completions (`algorithms.training.tensorboard_sink`), and to wandb when the run config
+asks for it (`algorithms.training.wandb_sink`). On resume the JSONL is cut back to the steps
 before the checkpoint, so a resumed run's log equals an uninterrupted one's; a torn
 last line (the run was killed while appending it) is dropped with a warning.
 """
@@ -22,6 +23,7 @@ import numpy as np
 from algorithms.exchange import ExchangeStats
 from algorithms.exchange.stats import distribution
 from algorithms.storage.store import atomic_write_bytes
+from algorithms.training.tensorboard_sink import TensorBoardSink
 from algorithms.training.wandb_sink import WandbSink
 from graft_env.types import AgentRollouts
 
@@ -98,6 +100,13 @@ def rollout_metrics(rollouts: AgentRollouts, status_counts: Mapping[str, int]) -
     return metrics
 
 
+def received_values(exchange: ExchangeStats, agent: str) -> tuple[list[float], list[float]]:
+    """The compatibility scores s and weights w of every trajectory `agent` received this
+    step, over the directions it receives in."""
+    received = [d for (_, receiver), d in exchange.directions.items() if receiver == agent]
+    return [s for d in received for s in d.scores], [w for d in received for w in d.weights]
+
+
 def agent_step_metrics(
     agent: str,
     rollouts: AgentRollouts,
@@ -127,9 +136,9 @@ def agent_step_metrics(
         clipped = metrics.get(f"loss_fn/clipped_{kind}", 0.0)
         metrics[f"clipped_share_{kind}"] = clipped / tokens if tokens else 0.0
     metrics.update({f"batch/{key}": float(value) for key, value in batch_stats.items()})
-    received = [d for (_, receiver), d in exchange.directions.items() if receiver == agent]
-    metrics.update(distribution("exchange/s", (s for d in received for s in d.scores)))
-    metrics.update(distribution("exchange/w", (w for d in received for w in d.weights)))
+    scores, weights = received_values(exchange, agent)
+    metrics.update(distribution("exchange/s", scores))
+    metrics.update(distribution("exchange/w", weights))
     metrics.update(
         {k: v for k, v in exchange.summary().items() if f"->{agent}/" in k or "->" not in k}
     )
@@ -146,14 +155,12 @@ class MetricsLog:
         self.wandb = wandb
         self.path = Path(run_dir) / "metrics.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._tb = None
+        self._tb: TensorBoardSink | None = None
         if tensorboard:
             try:
-                from torch.utils.tensorboard import SummaryWriter
+                self._tb = TensorBoardSink(run_dir)
             except ImportError:
                 log.warning("tensorboard is not installed: metrics go to %s only", self.path)
-            else:
-                self._tb = SummaryWriter(str(Path(run_dir) / "tensorboard"))
 
     def truncate_to(self, step: int) -> None:
         """Drop rows of steps >= `step` (resuming from a checkpoint taken before them)."""
@@ -187,11 +194,17 @@ class MetricsLog:
                     str(self.path),
                 ) from error
         if self._tb is not None:
-            for key, value in metrics.items():
-                if isinstance(value, int | float) and not isinstance(value, bool):
-                    self._tb.add_scalar(f"{agent}/{key}", value, step)
+            self._tb.scalars(step, agent, metrics)
         if self.wandb is not None:
             self.wandb.log(step, agent, metrics)
+
+    def write_details(
+        self, step: int, agent: str, exchange: ExchangeStats, rollouts: AgentRollouts | None
+    ) -> None:
+        """What TensorBoard shows beyond the row's numbers: the histograms of the s and w
+        `agent` received, and its sample completions (`TensorBoardSink.step`)."""
+        if self._tb is not None:
+            self._tb.step(step, agent, *received_values(exchange, agent), rollouts)
 
     def rows(self) -> list[dict[str, Any]]:
         if not self.path.exists():

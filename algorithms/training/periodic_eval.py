@@ -1,18 +1,23 @@
 """Evaluation during training, and the best checkpoint per agent.
 
-Every `eval.every` steps each live policy is evaluated with the benchmark harness
-(`graft_env.eval.evaluate.evaluate`, SPEC §10 protocol) on the configured sets; the
-summary goes into the metrics log as `eval/...` keys, and when the configured
-metric improves the policy is saved to ``best/<agent>/`` with ``best.json``
-recording the step and value. Dataset names are registry names, or
-``procedural/<skill>`` for one held-out procedural skill (its test split).
+Every `eval.every` steps, and after the last step, each live policy is evaluated with the
+benchmark harness (`graft_env.eval.evaluate.evaluate`, SPEC §10 protocol) on the configured
+sets; the summary goes into that step's metrics row as `eval/...` keys, and when the
+configured metric improves the policy is saved to ``best/<agent>/`` with ``best.json``
+recording the step and value. A run that starts at step 0 is also evaluated before its
+first update, into step 0's row as `eval_start/...` keys (with `time/eval_start`), the point
+every learning curve starts from; the untrained policy is not a best checkpoint. Dataset
+names are registry names, or ``procedural/<skill>`` for one held-out procedural skill (its
+test split).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +30,13 @@ from graft_env.data.procedural import SKILLS
 
 if TYPE_CHECKING:  # the policies pull in torch, which `graft train --help` must not wait for
     from graft_env.policies import Policy
+
+log = logging.getLogger(__name__)
+
+
+EVAL_TIMES = ("time/eval", "time/eval_start")
+"""The metrics keys of the evaluations' seconds (all agents together, in every agent's row
+of the step): not training time."""
 
 
 @dataclass(frozen=True)
@@ -124,16 +136,37 @@ class PeriodicEvaluator:
 
     def run(self, policies: Mapping[str, Policy], step: int) -> dict[str, dict[str, float]]:
         """Evaluate every policy; save it as best when the metric improved."""
-        from graft_env.eval.evaluate import evaluate
-
         spec, out = self.spec, {}
         for name, policy in policies.items():
-            summary = evaluate(policy, self.sets, **sampling_args(spec)).summary()
-            if spec.metric not in summary:
-                raise ValueError(f"eval.metric {spec.metric!r} is not one of {sorted(summary)}")
+            summary = self._summary(policy)
             value = float(summary[spec.metric])
             previous = self.best(name)
             if previous is None or value > previous["value"]:
                 self._save_best(name, policy, {"step": step, "metric": spec.metric, "value": value})
             out[name] = {f"eval/{key}": float(v) for key, v in summary.items()}
         return out
+
+    def before_training(self, policies: Mapping[str, Policy]) -> dict[str, dict[str, float]]:
+        """Every policy's evaluation before its first update, as `eval_start/...` keys and the
+        seconds it took (`time/eval_start`, all policies together); empty when no evaluation
+        is configured."""
+        if not self.spec.every:
+            return {}
+        sizes = ", ".join(f"{name} ({len(problems)})" for name, problems in self.sets.items())
+        log.info("held-out evaluation before training, k = %d: %s", self.spec.k, sizes)
+        started = time.perf_counter()
+        out = {
+            name: {f"eval_start/{key}": float(v) for key, v in self._summary(policy).items()}
+            for name, policy in policies.items()
+        }
+        seconds = time.perf_counter() - started
+        return {name: {**values, "time/eval_start": seconds} for name, values in out.items()}
+
+    def _summary(self, policy: Policy) -> dict[str, Any]:
+        """The harness's summary of `policy` on the sets; the metric must be one of its keys."""
+        from graft_env.eval.evaluate import evaluate
+
+        summary = evaluate(policy, self.sets, **sampling_args(self.spec)).summary()
+        if self.spec.metric not in summary:
+            raise ValueError(f"eval.metric {self.spec.metric!r} is not one of {sorted(summary)}")
+        return summary

@@ -19,7 +19,7 @@ import shutil
 import tempfile
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -182,11 +182,11 @@ def append_note(run_dir: Path, text: str) -> None:
         log.close()
 
 
-def write_hparams(run_dir: Path, resolved: Mapping[str, Any]) -> None:
-    """The resolved config as TensorBoard hparams (`resolved_config`'s dotted keys), in the
-    run's TensorBoard folder, beside the scalars of its writers (TensorBoard reads every
-    event file of a folder as one run): nulls and empty lists and mappings become their JSON
-    text, as hparams take only text, numbers and booleans."""
+def write_hparams(run_dir: Path, resolved: Mapping[str, Any], agents: Sequence[str]) -> None:
+    """The resolved config as TensorBoard hparams (`resolved_config`'s dotted keys), in each
+    agent's TensorBoard folder beside that agent's scalars (TensorBoard reads the event files
+    of a folder as one run): nulls and empty lists and mappings become their JSON text, as
+    hparams take only text, numbers and booleans."""
     try:
         from torch.utils.tensorboard import SummaryWriter
         from torch.utils.tensorboard.summary import hparams
@@ -198,12 +198,15 @@ def write_hparams(run_dir: Path, resolved: Mapping[str, Any]) -> None:
         key: value if isinstance(value, bool | int | float | str) else json.dumps(value)
         for key, value in flat(resolved).items()
     }
-    writer = SummaryWriter(str(run_dir / "tensorboard"))
-    try:
-        for summary in hparams(values, {}):
-            writer.file_writer.add_summary(summary)
-    finally:
-        writer.close()
+    from algorithms.training.tensorboard_sink import TB_DIR
+
+    for agent in agents:
+        writer = SummaryWriter(str(run_dir / TB_DIR / agent))
+        try:
+            for summary in hparams(values, {}):
+                writer.file_writer.add_summary(summary)
+        finally:
+            writer.close()
 
 
 def _utc_now() -> str:

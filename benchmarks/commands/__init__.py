@@ -11,6 +11,6 @@ data              `graft data`: list, inspect and download the datasets
 env               `graft env`: the versions, CPU kernels and GPUs of this machine, for a bug report
 eval              `graft eval`: evaluate one model on the benchmarks
 library           `graft library`: build, import into and inspect trajectory libraries
-plan              `graft plan`: the memory plan of a run config on its GPUs, before anything loads
+plot              `graft plot`: the learning curves and exchange funnel of one run, as PNG
 train             `graft train`: run (or resume) a training run from a YAML config
 """

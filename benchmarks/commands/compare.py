@@ -74,7 +74,8 @@ def run(args: argparse.Namespace) -> int:
         results = run_grid(grid, out_dir, redo_changed=args.redo_changed)
     labels = [entry.label for entry in grid.algorithms]
     paths = write_reports(results, out_dir, grid.baseline, labels)
-    paths += write_plots(cell_records(results), out_dir)
+    banded = {grid.baseline, *(entry.label for entry in grid.algorithms if entry.name == "graft")}
+    paths += write_plots(cell_records(results), out_dir, labels, banded)
     print(paths[0].read_text())
     print("written: " + ", ".join(str(path) for path in paths))
     return 0

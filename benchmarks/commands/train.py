@@ -6,8 +6,6 @@ import argparse
 import logging
 from pathlib import Path
 
-from algorithms.training.memory_check import check_before_launch, worker_group_ranks
-from algorithms.training.memory_plan import GIB
 from algorithms.training.run_config import RESTART_FLAG, load_config
 from benchmarks.config_files import default_config, find_config
 from graft_env.threads import resolve_threads, torch_threads
@@ -64,14 +62,6 @@ def run(args: argparse.Namespace) -> int:
     from algorithms.training.run_dir import append_note
     from algorithms.training.run_summary import run_summary
 
-    # on a GPU machine, a config that cannot fit its GPUs stops here, before any model loads
-    plans = check_before_launch(config)
-    if plans:
-        peaks = ", ".join(f"{p.device} {p.peak / GIB:.1f}/{p.usable / GIB:.1f} GiB" for p in plans)
-        ranks = worker_group_ranks(config)
-        if ranks is not None and ranks > 1:  # judged per GPU, sharded: these are not the layout
-            peaks += f" (one process per agent, unsharded; this run shards each over {ranks} GPUs)"
-        logging.getLogger(__name__).info("memory plan (graft plan): %s", peaks)
     threads = resolve_threads(config.threads)
     start = "fresh" if args.fresh else "restart" if args.restart else "resume"
     with torch_threads(threads):  # before the models load: they are the first to compute

@@ -25,7 +25,7 @@ import pyarrow.dataset as ds
 from algorithms.storage.store import TrajectoryStore
 from algorithms.training.checkpoint import has_checkpoints, latest_checkpoint
 from algorithms.training.eval_settings import sampling_args
-from algorithms.training.periodic_eval import eval_sets
+from algorithms.training.periodic_eval import EVAL_TIMES, eval_sets
 from benchmarks.compare.cells import RESULT_FILE, STARTED_FILE, Cell, out_of, portable_result
 from benchmarks.compare.grid import GridError, GridSpec
 from graft_env.data import Problem
@@ -100,7 +100,7 @@ def run_summary(cell: Cell, checkpoint: str) -> dict[str, dict[str, Any]]:
             for row in mine
             if row["step"] < completed
             for key, seconds in row.items()
-            if key.startswith("time/") and key != "time/eval"
+            if key.startswith("time/") and key not in EVAL_TIMES
         ]
         # sampled responses, not stored ones: dynamic sampling discards some it drew
         rollouts = [row["rollouts_generated"] for row in mine if row["step"] < completed]

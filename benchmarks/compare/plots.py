@@ -9,18 +9,20 @@
   for single-agent cells (GRPO) it is the partner's own run with the same seed, which
   sees the same prompt stream.
 
-Every curve is mean ± std over seeds (sample std), drawn as a line with a band, on the
-steps every seed has a value for. Rows are keyed (model, pair id, label) as in
-`benchmarks.compare.report`.
+Every curve is mean ± std over seeds (sample std), on the steps every seed has a value
+for, drawn as a line; the baseline's and GRAFT's also with a ± std band. Rows are keyed
+(model, pair id, label) as in `benchmarks.compare.report`.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
 from benchmarks.compare.report import Key, Record, grouped, peer_record, seed_stats
@@ -80,40 +82,91 @@ def complementarity_curves(records: Sequence[Record]) -> dict[Key, Curve]:
     return curves
 
 
-def plot_curves(curves: Mapping[Key, Curve], path: str | Path, title: str, ylabel: str) -> Path:
-    """One panel per (model, pair), one line with a ±std band per label; returns the path."""
+LINE_STYLES = ("-", "--", ":", "-.")
+MARKERS = ("o", "s", "^", "D")
+
+
+def arm_styles(labels: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """label -> its line style in every panel and figure: the ten tab10 colours in turn, and
+    after each ten the next dash pattern and marker, so no two of up to 40 arms look alike."""
+    return {
+        label: {
+            "color": f"C{i % 10}",
+            "linestyle": LINE_STYLES[i // 10 % len(LINE_STYLES)],
+            "marker": MARKERS[i // 10 % len(MARKERS)],
+        }
+        for i, label in enumerate(labels)
+    }
+
+
+def plot_curves(
+    curves: Mapping[Key, Curve],
+    path: str | Path,
+    title: str,
+    ylabel: str,
+    labels: Sequence[str] = (),
+    banded: Collection[str] = (),
+) -> Path:
+    """One panel per (model, pair), one line per label (`arm_styles`, in the order of
+    `labels`, then of `curves`) and a ±std band for the labels in `banded` only (the
+    baseline's and GRAFT's: more bands hide each other); the legend sits below the panels.
+    Returns the path."""
     panels = list(dict.fromkeys(key[:2] for key in curves))
     if not panels:
         raise ValueError(f"plot_curves: no curves to draw for {title!r}")
-    # a bare Figure (no pyplot): no global state, no display needed
-    figure = Figure(figsize=(5 * len(panels), 3.6))
+    order = list(dict.fromkeys([*labels, *(key[2] for key in curves)]))
+    drawn = [label for label in order if any(key[2] == label for key in curves)]
+    styles = arm_styles(order)
+    columns = min(len(drawn), 5)
+    legend_rows = -(-len(drawn) // columns)
+    # a bare Figure (no pyplot): no global state, no display needed; the constrained layout
+    # keeps the title and the legend below the panels clear of them
+    figure = Figure(figsize=(5 * len(panels), 3.6 + 0.25 * legend_rows), layout="constrained")
     axes = figure.subplots(1, len(panels), squeeze=False)
     for axis, panel in zip(axes[0], panels, strict=True):
-        for (model, pair, label), curve in curves.items():
-            if (model, pair) != panel:
+        for label in drawn:
+            curve = curves.get((*panel, label))
+            if curve is None:
                 continue
             mean, std = curve["mean"], curve["std"]
-            (line,) = axis.plot(curve["step"], mean, marker="o", markersize=3, label=label)
-            # every plotted quantity is a rate: keep the ± std band inside [0, 1]
-            low = [max(0.0, m - s) for m, s in zip(mean, std, strict=True)]
-            high = [min(1.0, m + s) for m, s in zip(mean, std, strict=True)]
-            axis.fill_between(curve["step"], low, high, color=line.get_color(), alpha=0.2)
+            axis.plot(curve["step"], mean, markersize=3, **styles[label])
+            if label in banded:
+                # every plotted quantity is a rate: keep the ± std band inside [0, 1]
+                low = [max(0.0, m - s) for m, s in zip(mean, std, strict=True)]
+                high = [min(1.0, m + s) for m, s in zip(mean, std, strict=True)]
+                colour = styles[label]["color"]
+                axis.fill_between(curve["step"], low, high, color=colour, alpha=0.15)
         peer = next(a for a in panel[1].split("+") if a != panel[0]) if "+" in panel[1] else ""
         axis.set_title(f"{panel[0]}" + (f" (peer {peer})" if peer else ""))
         axis.set_xlabel("updates (training steps completed)")
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))
         axis.set_ylabel(ylabel)
         axis.grid(alpha=0.3)
-        axis.legend(fontsize=8)
+    handles = [
+        Line2D(
+            [],
+            [],
+            markersize=4,
+            label=label + (" (± std)" if label in banded else ""),
+            **styles[label],
+        )
+        for label in drawn
+    ]
+    figure.legend(handles=handles, loc="outside lower center", ncol=columns, frameon=False)
     figure.suptitle(title)
-    figure.tight_layout()
     figure.savefig(path, dpi=110)
     return Path(path)
 
 
-def write_plots(records: Sequence[Record], out_dir: str | Path) -> list[Path]:
+def write_plots(
+    records: Sequence[Record],
+    out_dir: str | Path,
+    labels: Sequence[str] = (),
+    banded: Collection[str] = (),
+) -> list[Path]:
     """curves.json and the PNGs there is data for: learning curves (training reward and,
-    with periodic evaluation, pass@1) and the complementarity curve."""
+    with periodic evaluation, pass@1) and the complementarity curve; `labels` orders the
+    arms' styles and `banded` names the arms drawn with a ± std band (`plot_curves`)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     figures = {
@@ -137,5 +190,6 @@ def write_plots(records: Sequence[Record], out_dir: str | Path) -> list[Path]:
     for name, curves in data.items():
         if curves:
             title, ylabel = figures[name]
-            paths.append(plot_curves(curves, out_dir / f"{name}.png", title, ylabel))
+            path = out_dir / f"{name}.png"
+            paths.append(plot_curves(curves, path, title, ylabel, labels, banded))
     return paths

@@ -20,7 +20,7 @@ vs_trl               our GRPO step against TRL's GRPOTrainer on the same workloa
                      -> docs/measurements.md, "GRPO step vs TRL's GRPOTrainer"
 trl_graft_step       seconds per generation batch of a TRL-hosted live GRAFT agent
                      (LiveGRPOTrainer) against plain TRL GRPOTrainer, alternating rounds
-                     -> docs/gpu.md, "Live GRAFT between TRL trainers"
+                     -> docs/gpu.md, "Live exchange between TRL runs"
 trl_gpu_check        the TRL path on one GPU with torch, transformers, accelerate and the wheels
                      it lists (no vLLM, Ray or internet), each stage time-boxed (<= 8 min): two
                      tiny TRL trainers exchanging live in bf16; one TRL-hosted GRAFT step of a
@@ -45,9 +45,6 @@ threads              one short `graft train` per thread setting, alone and besid
 ray_overhead         the Ray backend against the local one on the same run: step and
                      start-up seconds, bytes crossing actor boundaries, rollout concurrency
                      -> docs/scale-out.md
-worker_group         a worker group of 2 ranks per agent against 1 rank on the same GRAFT
-                     run (CPU, gloo, 1 thread per rank): step and phase seconds, ratio
-                     -> docs/scale-out.md
 testbed_report       the exchange funnel of one GRAFT step on a pair's untrained models:
                      gate candidates, kept by balancing and by the floor, peer share
                      -> docs/study/PREREGISTRATION.md
@@ -65,26 +62,6 @@ logits_memory        peak memory of one update micro-batch and one scoring forwa
                      logits against chunked (logits_chunk_tokens), on a Qwen3 with its real
                      151,936-token vocabulary and a shrunk body, R = 512-2,048
                      -> docs/gpu.md, "Options that keep a step inside a GPU"
-memory_plan_check    the memory plan against measured peaks on CPU (resident high-water
-                     mark, a fresh process per case): update and scoring of SmolLM3, Qwen3
-                     and Llama-3.2 shapes, real vocabularies, shrunk width and depth
-                     -> docs/gpu.md, "Memory per GPU and phase, pair 1"
-scale_check          the paper's step at full size on one GPU: SmolLM3-3B and Qwen3-1.7B,
-                     random weights, one update of 8 x 8 x 4,096 tokens and 16 peer rows
-                     scored: peak memory beside the plan's, tokens/s, MFU (--shrink: CPU)
-                     -> no docs figure until it has run on a GPU
-worker_group_device_check  a worker group's rank on one GPU (FSDP2 at world size 1): the
-                     update at the paper's token counts (peak memory beside the plan, s per
-                     update beside the step estimate), scoring, generation, the DCP
-                     checkpoint saved, loaded and compared (--smoke: CPU, gloo)
-                     -> no docs figure until it has run on a GPU
-gpu_probes           one-GPU probes, torch + transformers only, each under its own time
-                     budget (<= 8 min): CUDA IPC buffer sharing with and without expandable
-                     segments, the sync's ack-before-synchronize race, reserved vs allocated
-                     memory around an update and attention's [L, L] tensors against the
-                     plan's, per-request vs batched sampling draws, a rank's
-                     update and scoring rate on Qwen3-1.7B (--smoke: CPU)
-                     -> docs/results/gpu_probes/ once run on a GPU (not yet)
 
 Helpers (no main):
 
@@ -96,17 +73,4 @@ device_summary       device_check's closing table
 trl_workload         vs_trl's fixed workload (tiny Llama, character tokenizer, 16 prompts)
                      and the arithmetic of its report
 trl_sides            vs_trl's timed run of either trainer, ours or TRL's, in one process
-gpu_probe_ipc        gpu_probes' two-process probes: the shared staging buffer, the ack race
-gpu_probe_compute    gpu_probes' allocator, sampling-draw and rank-rate probes
-attention_memory     attention's [L, L] tensors on a tiny Qwen3 against the plan's attention terms
-                     (saved per layer and alive at once; gpu_probes (c) on CUDA, and
-                     tests/algorithms/training/test_memory_attention.py on CPU)
-random_models        random-weight policies of the paper's architectures from their config
-                     classes, a fixed batch of exact lengths, peak-memory meters
-worker_group_rank    worker_group_device_check's rank (RankWorker, or DirectRank without
-                     Ray), its setup and the checkpoint round compared bitwise
-worker_group_sizes   worker_group_device_check's sizes, policy options and batches, and the
-                     plan's and the step estimate's predictions for them
-worker_group_stages  worker_group_device_check's stage runner (time budget, peak beside the
-                     plan) and its results.json / summary.txt
 """

@@ -21,6 +21,16 @@ import subprocess
 import sys
 
 ONE_PASS = 10**9  # a chunk larger than any forward: the old full-logits path
+TOY_QWEN3 = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    tie_word_embeddings=True,
+)
+"""A toy-width Qwen3 body (q/k norms, GQA, tied head); the vocabulary is `--vocab`'s."""
 
 
 def _resident_bytes() -> int:
@@ -33,7 +43,6 @@ def measure(part: str, response_len: int, rows: int, chunk: int, vocab: int) -> 
     import torch
     import transformers
 
-    from benchmarks.perf.random_models import TOY_QWEN3
     from graft_env.policies.forward import response_logprobs
 
     torch.set_num_threads(1)

@@ -21,16 +21,13 @@ number, every per-seed value with its build) and report.md:
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.compare.grid import GridError
 from benchmarks.study.controls.exchange import moved_groups, per_moved_group
-from benchmarks.study.controls.markdown import report_markdown
+from benchmarks.study.controls.markdown import report_main, report_markdown
 from benchmarks.study.controls.numbers import all_contrasts, doses, merged, read_builds
 from benchmarks.study.controls.timing import cell_starts, design_commit, registration_check
 
@@ -65,21 +62,8 @@ def analyse(out: Path, repo: Path = REPO) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=Path("runs/gap-peer-controls"))
-    parser.add_argument("--report-dir", type=Path, default=None, help="default: <out>/report")
-    args = parser.parse_args(argv)
-    try:
-        report = analyse(args.out)
-    except GridError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    target = args.report_dir or args.out / "report"
-    target.mkdir(parents=True, exist_ok=True)
-    (target / "results.json").write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
-    (target / "report.md").write_text(report_markdown(report))
-    print(f"wrote {target / 'report.md'} and results.json")
-    return 0
+    description = __doc__.split("\n\n")[0]
+    return report_main(argv, description, "runs/gap-peer-controls", analyse, report_markdown)
 
 
 if __name__ == "__main__":

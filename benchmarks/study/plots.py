@@ -37,8 +37,11 @@ def _style(style: Style) -> dict[str, Any]:
 
 
 def _legend(figure: Figure, styles: Styles, labels: Sequence[str]) -> None:
+    """The labels' legend below the panels (a constrained-layout figure keeps it clear)."""
     handles = [Line2D([], [], label=label, **_style(styles[label])) for label in labels]
-    figure.legend(handles=handles, loc="lower center", ncol=min(4, len(handles)), frameon=False)
+    figure.legend(
+        handles=handles, loc="outside lower center", ncol=min(4, len(handles)), frameon=False
+    )
 
 
 def plot_learning(
@@ -51,7 +54,9 @@ def plot_learning(
 ) -> Path:
     """Rows: models; columns: `families` (title -> labels); pass@1 in % with a ± std band
     over seeds."""
-    figure = Figure(figsize=(4.6 * len(families), 3.2 * len(models) + 1.2))
+    # constrained layout: the title and the legend keep their own room at any height (a
+    # tight layout's margins are a share of the figure, which a tall one outgrows)
+    figure = Figure(figsize=(4.6 * len(families), 3.2 * len(models) + 1.2), layout="constrained")
     axes = figure.subplots(len(models), len(families), squeeze=False, sharex=True)
     drawn: list[str] = []
     for row, model in zip(axes, models, strict=True):
@@ -63,8 +68,12 @@ def plot_learning(
                 mean, std = np.array(curve["mean"]) * 100, np.array(curve["std"]) * 100
                 axis.plot(curve["step"], mean, **_style(styles[label]))
                 colour = styles[label][0]
-                axis.fill_between(curve["step"], mean - std, mean + std, color=colour, alpha=0.12)
+                low, high = np.clip(mean - std, 0, 100), np.clip(mean + std, 0, 100)  # rates
+                axis.fill_between(curve["step"], low, high, color=colour, alpha=0.12)
                 drawn.append(label)
+            if not any((model, label) in curves for label in labels):
+                axis.text(0.5, 0.5, "not run", ha="center", va="center", transform=axis.transAxes)
+                axis.set_yticks([])
             axis.set_title(f"{model}: {family}", fontsize=10)
             axis.grid(alpha=0.3)
             axis.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -73,7 +82,6 @@ def plot_learning(
         axis.set_xlabel("updates (training steps completed)")
     _legend(figure, styles, [label for label in styles if label in drawn])
     figure.suptitle(title)
-    figure.tight_layout(rect=(0, 0.07, 1, 1))
     figure.savefig(path, dpi=110)
     return path
 
@@ -91,7 +99,7 @@ def plot_funnel(
     """Rows: funnel quantities; columns: directions (S->R); one line per exchanging label,
     and `band_label`'s p10-p90 band of s (one band: several would hide each other)."""
     directions = sorted({d for by_direction in data.values() for d in by_direction})
-    figure = Figure(figsize=(6.2 * len(directions), 2.2 * len(FUNNEL) + 1.2))
+    figure = Figure(figsize=(6.2 * len(directions), 2.2 * len(FUNNEL) + 1.2), layout="constrained")
     axes = figure.subplots(len(FUNNEL), len(directions), squeeze=False, sharex=True)
     for column, direction in enumerate(directions):
         source, receiver = direction.split("->")
@@ -120,6 +128,5 @@ def plot_funnel(
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))
     _legend(figure, styles, [label for label in styles if label in data])
     figure.suptitle(f"Exchange funnel: mean over seeds, {SMOOTH}-step moving average")
-    figure.tight_layout(rect=(0, 0.05, 1, 0.98))
     figure.savefig(path, dpi=110)
     return path

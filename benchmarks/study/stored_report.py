@@ -18,8 +18,6 @@ against the paper's +1.8 of +2.1 points. Writes results.json and report.md.
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -28,9 +26,13 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.compare.grid import GridError
 from benchmarks.study.controls.design import Build, Contrast
-from benchmarks.study.controls.markdown import contrast_table, dose_lines, per_seed_table
+from benchmarks.study.controls.markdown import (
+    contrast_table,
+    dose_lines,
+    per_seed_table,
+    report_main,
+)
 from benchmarks.study.controls.numbers import all_contrasts, doses, merged, read_builds
 from benchmarks.study.controls.timing import cell_starts, design_commit, registration_check
 from benchmarks.study.curves import COUNTS, Logs, funnel
@@ -250,21 +252,8 @@ def report_markdown(report: Mapping[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=Path("runs/gap-stored-peers"))
-    parser.add_argument("--report-dir", type=Path, default=None, help="default: <out>/report")
-    args = parser.parse_args(argv)
-    try:
-        report = analyse(args.out)
-    except GridError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    target = args.report_dir or args.out / "report"
-    target.mkdir(parents=True, exist_ok=True)
-    (target / "results.json").write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
-    (target / "report.md").write_text(report_markdown(report))
-    print(f"wrote {target / 'report.md'} and results.json")
-    return 0
+    description = __doc__.split("\n\n")[0]
+    return report_main(argv, description, "runs/gap-stored-peers", analyse, report_markdown)
 
 
 if __name__ == "__main__":

@@ -183,8 +183,7 @@ class HFPolicyOptions:
                 "padding_free; 'sdpa' / 'eager' build a [rows, 1, L, L] mask (N^2 for N packed "
                 "tokens), which sdpa copies per layer in the compute dtype (an update without "
                 "gradient checkpointing keeps every layer's copy), and eager also holds every "
-                "layer's [rows, heads, L, L] float32 softmax: the memory plan counts them "
-                "(memory_plan.attention)"
+                "layer's [rows, heads, L, L] float32 softmax"
             )
         },
     )
@@ -297,34 +296,12 @@ class VLLMEngineOptions:
     max_num_seqs: Positive = field(
         default=256, metadata={"help": "sequences decoded together (vLLM's continuous batch)"}
     )
-    max_prompt_tokens: Positive = field(
-        default=2048,
-        metadata={
-            "help": (
-                "worker groups (ray.ranks_per_agent) with max_model_len null: the longest prompt "
-                "the engine serves, so max_model_len = this + sampling.max_new_tokens (the "
-                "paper's prompt limit, 2048; a longer prompt is refused when it comes, naming "
-                "vllm_max_model_len). A single-process policy ignores it"
-            )
-        },
-    )
     tensor_parallel_size: Positive | None = field(
         default=None,
         metadata={
             "help": (
-                "vLLM tensor parallelism; null: the worker group's ranks (ray.ranks_per_agent), "
-                "1 for a single-process policy"
-            )
-        },
-    )
-    data_parallel_size: Positive = field(
-        default=1,
-        metadata={
-            "help": (
-                "worker groups: engine replicas, each tensor-parallel over its own "
-                "vllm_tensor_parallel_size ranks (null tp: the ranks / this), replica j owned "
-                "by rank j x tp; the prompts are split over them (verl's tuning guide prefers "
-                "replicas to a wide TP for small models). tp x this must not exceed the ranks"
+                "vLLM tensor parallelism; null: 1. Above 1 only on CPU: the policy stages its "
+                "weights on its one GPU"
             )
         },
     )
@@ -344,22 +321,10 @@ class VLLMEngineOptions:
         default=None,
         metadata={
             "help": (
-                "vLLM enable_sleep_mode: the engine sleeps right after each generate (level 2 in a "
-                "worker group, whose sync rewrites every weight; level 1 in one process) and "
-                "wakes its weights for the sync, its KV cache before generating "
-                "(policies.engine.cycle). CUDA only; null: on with device cuda, off on CPU (true "
-                "on CPU is refused)"
-            )
-        },
-    )
-    sync_bucket_mb: PositiveFloat = field(
-        default=512.0,
-        metadata={
-            "help": (
-                "worker groups: the weight sync gathers the FSDP shards one decoder block at a "
-                "time into a staging buffer of about this many MiB (a block larger than it gets "
-                "a buffer of its size), loads it into the engine and reuses the buffer for the "
-                "next: never a full extra copy of the model"
+                "vLLM enable_sleep_mode: the engine sleeps right after each generate (level 1: "
+                "the sync sends only the blocks that changed) and wakes its weights for the "
+                "sync, its KV cache before generating (policies.engine.cycle). CUDA only; null: "
+                "on with device cuda, off on CPU (true on CPU is refused)"
             )
         },
     )

@@ -2,8 +2,7 @@
 
 `VLLMPolicy` is an `HFPolicy` (score, update, save and load are the transformers
 code, unchanged) whose `generate` is served by a `engine.llm.VLLMEngine` (a `vllm.LLM`
-built from the same weights; a worker group's rank 0 owns one too,
-`algorithms.training.ray.rank`). The engine's memory follows `engine.cycle`: with sleep
+built from the same weights). The engine's memory follows `engine.cycle`: with sleep
 mode (CUDA) it sleeps right after each generate (level 1 here: the sync sends only the
 blocks that changed, so the rest must survive the sleep), scoring and the update run with
 it asleep, and the sync wakes its weights, the next generate its KV cache.
@@ -41,8 +40,6 @@ from graft_env.policies.loading import DTYPES
 from graft_env.policies.options import HFPolicyOptions, VLLMEngineOptions
 from graft_env.types import ScoredText, TrainBatch
 
-SLEEP_LEVEL = 1  # the incremental sync leaves unchanged blocks to survive the sleep
-
 
 class VLLMPolicy(HFPolicy):
     """An `HFPolicy` whose rollouts come from vLLM, kept in sync with every update."""
@@ -68,7 +65,7 @@ class VLLMPolicy(HFPolicy):
             visible_devices=gpu,
         )
         self.memory = PhaseMemory()
-        self.cycle = EngineCycle(self.engine, SLEEP_LEVEL, self.memory.release)
+        self.cycle = EngineCycle(self.engine, self.memory.release)
         self.max_model_len: int = self.engine.max_model_len
         self.stager: WeightStager | None = None  # laid out by the first sync
 
@@ -93,7 +90,7 @@ class VLLMPolicy(HFPolicy):
                     f"{self.name}: weight sync left engine parameters {untouched} unset; "
                     "the engine's model does not match the trained one"
                 )
-            self.engine.loaded(release_buffers=False)  # the workers keep the one buffer
+            self.engine.loaded()  # the workers keep the one buffer mapped
         return len(slots), skipped
 
     def close(self) -> None:

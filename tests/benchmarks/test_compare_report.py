@@ -11,7 +11,13 @@ import json
 
 import pytest
 
-from benchmarks.compare.plots import band, complementarity, learning_curves, write_plots
+from benchmarks.compare.plots import (
+    arm_styles,
+    band,
+    complementarity,
+    learning_curves,
+    write_plots,
+)
 from benchmarks.compare.report import (
     cell_records,
     compute_rows,
@@ -210,7 +216,7 @@ def test_curves_and_plots_are_written_as_png(tmp_path):
     records = curve_records()
     reward = learning_curves(records, "reward_mean")[("tiny-a", "tiny-a+tiny-b", "GRPO n=8")]
     assert reward["mean"] == pytest.approx([0.1, 0.2]) and reward["std"] == pytest.approx([0.1, 0])
-    paths = write_plots(records, tmp_path)
+    paths = write_plots(records, tmp_path, ["GRPO n=8", "GRAFT"], {"GRPO n=8", "GRAFT"})
     names = sorted(p.name for p in paths)
     assert names == ["complementarity.png", "curves.json", "eval_average.png", "reward_mean.png"]
     for path in paths:
@@ -221,3 +227,10 @@ def test_curves_and_plots_are_written_as_png(tmp_path):
     shares = {(c["model"], c["label"]): c["mean"] for c in curves["complementarity"]}
     # tiny-a fails p (k = 0) where tiny-b has k = 2; tiny-b fails q, tiny-a has k = 3
     assert shares == {(m, label): [1.0, 1.0] for m in PAIR for label in ("GRPO n=8", "GRAFT")}
+
+
+def test_arm_styles_stay_distinct_beyond_the_ten_colours():
+    labels = [f"arm {i}" for i in range(40)]
+    styles = arm_styles(labels)
+    looks = {(s["color"], s["linestyle"], s["marker"]) for s in styles.values()}
+    assert len(looks) == 40 and list(styles) == labels

@@ -17,7 +17,6 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 import algorithms
 from algorithms.training.ray.connection import ClusterError, connect, model_reference
 from algorithms.training.ray.options import RayOptions, check_agent_devices, parse_ray_options
-from algorithms.training.ray.placement import split_group_options
 from algorithms.training.ray.policy import ActorGroup, RayPolicy
 from algorithms.training.ray.worker import PolicyWorker
 from algorithms.training.run_config import TrainConfig
@@ -44,20 +43,12 @@ def reserve(options: RayOptions, agents: int) -> PlacementGroup:
 def make_ray_policies(config: TrainConfig) -> dict[str, RayPolicy]:
     """One actor per agent of `config`, placed and started; returns their proxies.
 
-    With `ray.ranks_per_agent: k`, each agent is a worker group of k ranks instead
-    (`group.make_group_policies`, `GroupPolicy` proxies, placed by `placement`).
-
     Bad `ray:` options and device settings are refused before the cluster is touched.
     The actors load their models in parallel; a load error is an `AgentFailure` naming
     the agent and `start`.
     """
-    layout, ray_section = split_group_options(config.ray)
-    options = parse_ray_options(ray_section)
+    options = parse_ray_options(config.ray)
     check_agent_devices(config.agents, options)
-    if layout is not None:
-        from algorithms.training.ray.group import make_group_policies  # it imports this module
-
-        return make_group_policies(config, options, layout)
     algorithm = algorithms.make(config.algorithm, **config.algorithm_options)
     connect(options, {key: amount * len(config.agents) for key, amount in options.bundle().items()})
     pg = reserve(options, len(config.agents))

@@ -1,7 +1,4 @@
 """Join (or start) the run's Ray cluster, and name models so that the actors can load them.
-
-Shared by both layouts: one `PolicyWorker` per agent (`cluster`) and worker groups
-(`group`, `placement`).
 """
 
 from __future__ import annotations
@@ -26,7 +23,7 @@ def connect(options: RayOptions, needs: Mapping[str, float] | None = None) -> No
     """Join the configured cluster, or start a private local one (`ray.address: null`).
 
     A private local cluster cannot grow, so if it lacks the run's `needs` in all (resource ->
-    amount, e.g. every rank's GPU) this fails at once, naming what is missing, rather than
+    amount, e.g. every agent's GPUs) this fails at once, naming what is missing, rather than
     waiting `ray.placement_timeout_s` for resources that cannot come."""
     if ray.is_initialized():
         resources = ray.cluster_resources()

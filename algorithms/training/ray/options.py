@@ -102,25 +102,6 @@ class RayOptions:
             )
         },
     )
-    ranks_per_agent: Positive | None = field(
-        default=None,
-        metadata={
-            "help": (
-                "k makes each agent a worker group of k Ray actors (one process per device, "
-                "FSDP2 over a gloo/nccl process group; docs/scale-out.md); null: one actor per "
-                "agent"
-            )
-        },
-    )
-    one_agent_per_node: Flag = field(
-        default=False,
-        metadata={
-            "help": (
-                "worker groups: no node hosts ranks of two agents (agent i's group is placed "
-                "after agents 0..i-1, away from their nodes; algorithms.training.ray.placement)"
-            )
-        },
-    )
     runtime_env: Mapping[str, Any] = field(
         default_factory=dict,
         metadata={"help": "Ray runtime environment of the actors (env_vars, working_dir, ...)"},
@@ -134,13 +115,6 @@ class RayOptions:
         check_fields(self, where)
         if self.address == "":
             raise require(where, "address", "", "null or a non-empty string")
-        if self.one_agent_per_node and self.ranks_per_agent is None:
-            raise OptionError(
-                where,
-                "one_agent_per_node",
-                "applies to worker groups (ray.ranks_per_agent); with one actor per agent, "
-                "ray.placement_strategy: STRICT_SPREAD puts each agent on its own node",
-            )
         gpus = self.num_gpus_per_agent
         if gpus > 1 and gpus != int(gpus):
             raise require(where, "num_gpus_per_agent", gpus, "a whole number of GPUs above 1")

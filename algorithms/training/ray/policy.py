@@ -7,11 +7,9 @@ the async ones followed by `result()`.
 
 Failure handling: the agents of a run form one `ActorGroup`. When any call fails
 (the actor died, raised, or timed out), the whole group is shut down, which frees
-its CPUs/GPUs, and `AgentFailure` names the agent and the method. Shutting down first
-asks every actor that owns a vLLM engine to close it (`RankWorker.close_engine`: the
-engine and every process the actor started), then kills the actors: `ray.kill` alone
-would leave an engine's processes holding their GPU memory, and a resume on the same node
-would fail vLLM's free-memory check. The group also shuts down when the driver exits.
+its CPUs/GPUs, and `AgentFailure` names the agent and the method. The raylet ends a
+killed actor's child processes too (a vLLM engine's among them), so their GPU memory is
+freed with the actor's. The group also shuts down when the driver exits.
 The loop does not catch it, so the run stops; running it again resumes from the last checkpoint with
 new actors. Continuing with a half-updated actor would not reproduce anything.
 """
@@ -85,21 +83,16 @@ class ActorGroup:
     ) -> None:
         self.call_timeout_s = call_timeout_s
         self.closed = False
-        self._closers: list[Any] = []  # actors owning a vLLM engine (`add_closer`)
         self._release = weakref.finalize(
-            self, _release, list(actors.values()), list(placement_groups), self._closers
+            self, _release, list(actors.values()), list(placement_groups)
         )
         # at exit too: registered after ray.init's own atexit disconnect, so it runs first
         # (atexit is last-in first-out); the finalizer holds no reference to the group
         self._release.atexit = False
         atexit.register(self._release)
 
-    def add_closer(self, actors: Sequence[Any]) -> None:
-        """`actors` own vLLM engines: `shutdown` calls their `close_engine` first."""
-        self._closers.extend(actors)
-
     def shutdown(self) -> None:
-        """Close the run's engines, kill every actor and free its resources (idempotent)."""
+        """Kill every actor and free its resources (idempotent)."""
         self.closed = True
         self._release()
 
@@ -126,7 +119,7 @@ class ActorGroup:
 
 
 def check_driver_sees(group: ActorGroup, agent: str, directory: Path, writer: str) -> None:
-    """What `writer` (an actor, a group's ranks) saved must be visible to the driver: on a
+    """What `writer` (an agent's actor) saved must be visible to the driver: on a
     multi-node cluster run_dir must be on a filesystem every node mounts at the same path."""
     if not directory.is_dir():
         group.fail_and_raise(
@@ -138,15 +131,9 @@ def check_driver_sees(group: ActorGroup, agent: str, directory: Path, writer: st
         )
 
 
-CLOSE_TIMEOUT_S = 60.0  # an engine's shutdown; a hung one is killed with its actor
-
-
-def _release(actors: list[Any], placement_groups: list[Any], closers: list[Any]) -> None:
+def _release(actors: list[Any], placement_groups: list[Any]) -> None:
     if not ray.is_initialized():
         return  # the cluster (and everything in it) is already gone
-    closing = [actor.close_engine.remote() for actor in closers]
-    if closing:  # an actor that already died (or raised) has nothing left to close
-        ray.wait(closing, num_returns=len(closing), timeout=CLOSE_TIMEOUT_S)
     for actor in actors:
         ray.kill(actor, no_restart=True)
     for placement_group in placement_groups:

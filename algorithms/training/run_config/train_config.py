@@ -248,18 +248,14 @@ def check_library(config: TrainConfig) -> None:
         raise ConfigError(f"library: {error}") from None
 
 
-def load_config(
-    path: str | os.PathLike, overrides: Sequence[str] = (), *, read_data: bool = True
-) -> TrainConfig:
-    """Read a YAML run config, apply overrides, validate (with `read_data`, the prompt
-    stream too: `check_env`; and a library: `check_library`). `graft plan` sizes memory
-    from the model configs alone and passes read_data=False: it needs no benchmark files."""
+def load_config(path: str | os.PathLike, overrides: Sequence[str] = ()) -> TrainConfig:
+    """Read a YAML run config, apply overrides, validate (the prompt stream too: `check_env`;
+    and a library: `check_library`)."""
     data = read_yaml_mapping(path)
     try:
         config = config_from_dict(data, overrides)
-        if read_data:
-            check_env(config.env)
-        if read_data and config.library is not None:
+        check_env(config.env)
+        if config.library is not None:
             check_library(config)
     except ConfigError as error:
         raise ConfigError(f"{path}: {error}") from None

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import argparse
+import json
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from benchmarks.study.controls.design import ALPHA, BUILDS, CONTRASTS, EXCHANGE_ARMS
@@ -160,3 +164,32 @@ def report_markdown(report: Mapping[str, Any]) -> str:
     lines += ["", "## Groups moved per step", "", *moved_lines(report["moved"], report["s4"]), ""]
     lines += ["Predictions: " + "; ".join(f"{c.name} {c.prediction}" for c in CONTRASTS) + "."]
     return "\n".join(lines) + "\n"
+
+
+def report_main(
+    argv: Sequence[str] | None,
+    description: str,
+    default_out: str,
+    analyse: Callable[[Path], Mapping[str, Any]],
+    render: Callable[[Mapping[str, Any]], str],
+) -> int:
+    """A study report's command line: analyse the cells under --out once and write
+    results.json and report.md to --report-dir (default <out>/report); a grid error is one
+    line and exit status 2."""
+    from benchmarks.compare.grid import GridError
+
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--out", type=Path, default=Path(default_out))
+    parser.add_argument("--report-dir", type=Path, default=None, help="default: <out>/report")
+    args = parser.parse_args(argv)
+    try:
+        report = analyse(args.out)
+    except GridError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    target = args.report_dir or args.out / "report"
+    target.mkdir(parents=True, exist_ok=True)
+    (target / "results.json").write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
+    (target / "report.md").write_text(render(report))
+    print(f"wrote {target / 'report.md'} and results.json")
+    return 0

@@ -20,7 +20,7 @@ def plot_dose_response(report: Mapping[str, Any], path: Path) -> Path | None:
     found = [e for e in report["contrasts"] if e["hypothesis"] == "D" and e["verdict"] != "not run"]
     if not found:
         return None
-    figure = Figure(figsize=(13.5, 4.2))
+    figure = Figure(figsize=(13.5, 4.2), layout="constrained")
     axes = figure.subplots(1, len(SCOPES), squeeze=False)[0]
     drawn = []
     for axis, scope in zip(axes, SCOPES, strict=True):
@@ -52,6 +52,5 @@ def plot_dose_response(report: Mapping[str, Any], path: Path) -> Path | None:
     axes[0].set_ylabel(f"arm - {GRPO8} (points)")
     _legend(figure, STYLES, [label for label in STYLES if label in drawn])
     figure.suptitle("Dose-response: mean over seeds, 95 % bootstrap intervals")
-    figure.tight_layout(rect=(0, 0.08, 1, 1))
     figure.savefig(path, dpi=110)
     return path

@@ -1,7 +1,6 @@
 """The vLLM rollout engine beside a trainer: its lifecycle, the weight transfer, its memory.
 
-`graft_env.policies.vllm_policy` (one process) and `algorithms.training.ray.rank` (a worker
-group) build on these; nothing here imports vLLM at import time.
+`graft_env.policies.vllm_policy` builds on these; nothing here imports vLLM at import time.
 
 Modules:
 

@@ -72,8 +72,7 @@ def policy_gpu(device: str, tensor_parallel_size: int, environ: Mapping[str, str
     """The CUDA_VISIBLE_DEVICES entry of a single-process policy's GPU (`device` "cuda:N"),
     for its engine's processes: without it the engine would start, profile and stage on the
     process's first GPU, not the policy's. None off CUDA. A single-process policy stages one
-    buffer on its own GPU, so its engine is tensor-parallel only on CPU (a worker group's
-    ranks give each worker its GPU)."""
+    buffer on its own GPU, so its engine is tensor-parallel only on CPU."""
     parsed = torch.device(device)
     if parsed.type != "cuda":
         return None
@@ -81,8 +80,8 @@ def policy_gpu(device: str, tensor_parallel_size: int, environ: Mapping[str, str
         raise OptionError(
             "VLLMEngineOptions",
             "tensor_parallel_size",
-            f"{tensor_parallel_size} needs a worker group (ray.ranks_per_agent) on {device}: a "
-            "single-process policy stages its weights on one GPU",
+            f"{tensor_parallel_size} needs one GPU per engine worker, but a policy on {device} "
+            "stages its weights on its one GPU (tensor-parallel engines: TRL, docs/gpu.md)",
         )
     index = parsed.index or 0
     visible = environ.get("CUDA_VISIBLE_DEVICES")
@@ -109,10 +108,9 @@ class VLLMEngine:
     """A `vllm.LLM` serving `policy`'s model: its rollouts, weight loads and sleep.
 
     `policy` (an `HFPolicy`) gives the model path, tokenizer checks, EOS, compute dtype and
-    log-prob temperature. `max_model_len`, `tensor_parallel_size` and `sleep_mode` override
-    the options' (a worker group derives them: `algorithms.training.ray.engine_settings`).
-    `visible_devices` (CUDA) is the CUDA_VISIBLE_DEVICES the engine's processes start with:
-    the GPUs of the ranks it spans, so worker i runs on the GPU of the replica's rank i.
+    log-prob temperature. `tensor_parallel_size` and `sleep_mode` override the options'.
+    `visible_devices` (CUDA) is the CUDA_VISIBLE_DEVICES the engine's processes
+    start with: the policy's GPU (`policy_gpu`).
     """
 
     def __init__(
@@ -120,19 +118,18 @@ class VLLMEngine:
         policy: HFPolicy,
         options: VLLMEngineOptions,
         *,
-        max_model_len: int | None = None,
         tensor_parallel_size: int = 1,
         sleep_mode: bool = False,
         visible_devices: str | None = None,
     ) -> None:
         self.policy, self.options = policy, options
         self.sleep_mode = sleep_mode
-        self.llm = self._build(max_model_len, tensor_parallel_size, visible_devices)
-        # the longest prompt + response the engine serves: max_model_len as set, or the
+        self.llm = self._build(tensor_parallel_size, visible_devices)
+        # the longest prompt + response the engine serves: vllm_max_model_len as set, or the
         # one vLLM derived from the model (not always the HF max_positions)
         self.max_model_len: int = self.llm.llm_engine.model_config.max_model_len
 
-    def _build(self, max_model_len: int | None, tp: int, visible_devices: str | None) -> Any:
+    def _build(self, tp: int, visible_devices: str | None) -> Any:
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"  # see the module docstring
         policy, engine = self.policy, self.options
         try:
@@ -152,7 +149,7 @@ class VLLMEngine:
                 tokenizer=policy.path,
                 dtype=policy.compute_dtype,
                 seed=0,
-                max_model_len=max_model_len or engine.max_model_len,
+                max_model_len=engine.max_model_len,
                 tensor_parallel_size=tp,
                 distributed_executor_backend="mp" if tp > 1 else None,
                 enable_sleep_mode=self.sleep_mode,
@@ -186,23 +183,15 @@ class VLLMEngine:
         """vLLM's wake_up of `tags` ("weights", "kv_cache")."""
         self.llm.wake_up(tags=tags)
 
-    def load(
-        self, handles: BufferHandles, slots: Sequence[WeightSlot], reused: bool = False
-    ) -> list[str]:
+    def load(self, handles: BufferHandles, slots: Sequence[WeightSlot]) -> list[str]:
         """Load `slots` of the staging buffers `handles` into every engine worker; returns,
-        once every worker has finished copying (`engine.worker.receive_bucket`), the engine
+        once every worker has finished copying (`engine.worker.receive_slots`), the engine
         parameters no load has set yet (the union over tensor-parallel workers)."""
-        untouched = self.llm.collective_rpc(
-            "graft_load_weights", args=(handles, list(slots), reused)
-        )
+        untouched = self.llm.collective_rpc("graft_load_weights", args=(handles, list(slots)))
         return sorted({name for names in untouched for name in names})
 
-    def loaded(self, release_buffers: bool) -> None:
-        """After a sync: no KV block computed with the old weights is reused, and with
-        `release_buffers` (the sender allocates new buffers for its next sync) the workers
-        let go of this one's."""
-        if release_buffers:
-            self.llm.collective_rpc("graft_end_sync")
+    def loaded(self) -> None:
+        """After a sync: no KV block computed with the old weights is reused."""
         self.llm.reset_prefix_cache()
 
     def close(self) -> None:

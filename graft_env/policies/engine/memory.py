@@ -5,8 +5,7 @@ what `empty_cache` returns.
 counter is reset on entry and on exit the phase's figures are noted: the trainer process's
 allocated, reserved and peak allocated bytes (torch's caching allocator sees only its own
 process), and the device-wide used memory (`mem_get_info`: total less free), which counts
-every process on the GPU, the vLLM engine's share and contexts included, so the engine terms
-of `graft plan`'s per-phase tables can be checked against the logs; `release(name)` empties
+every process on the GPU, the vLLM engine's share and contexts included; `release(name)` empties
 torch's caching allocator (and collects CUDA IPC blocks) and notes the reserved bytes it gave
 back. `metrics()` hands the noted figures over as metric keys and forgets them, so each
 step's row carries its own phases (verl's `log_gpu_memory_usage` around each switch of its

@@ -20,8 +20,7 @@ sync): a tensor in an expandable segment is shared over CUDA IPC through `pidfd_
 which unprivileged containers refuse.
 
 `WeightStager` is a single-process policy's buffer: laid out once for the whole state dict,
-refilled with the blocks that changed (`sync_group`). A worker group stages one bucket at a
-time instead (`algorithms.training.ray.weight_sync`).
+refilled with the blocks that changed (`sync_group`).
 """
 
 from __future__ import annotations
@@ -136,7 +135,7 @@ def open_buffer(handles: BufferHandles, device: torch.device) -> torch.Tensor:
     if key not in handles:
         raise ValueError(
             f"no staging buffer for this engine worker's device {key} (buffers for "
-            f"{sorted(handles)}): the engine's GPUs must be the worker group's"
+            f"{sorted(handles)}): the engine's GPU must be the policy's"
         )
     handle = handles[key]
     if handle[0] == "cuda":

@@ -4,14 +4,14 @@
 the engine's worker processes (one per tensor-parallel GPU); `LLM.collective_rpc(name,
 args=...)` calls its methods on every worker and returns when all have returned.
 
-A bucket's acknowledgement is that return, so it must mean "the copy is done":
-`receive_bucket` loads the slots' views of this worker's own staging buffer (cloned first
-where the trainer refills the buffer with the next bucket), then synchronizes the device
-before returning. Without the synchronize, the copies out of the buffer can still be queued
-on the device when the trainer writes the next bucket into it, and bucket n+1's bytes land in
-bucket n's parameters. The anchors: verl's `vLLMColocateWorkerExtension.update_weights_from_ipc`
-(clone, `synchronize()`, then acknowledge) and vLLM's own `Worker.update_weights`
-(`torch.accelerator.synchronize()` after `receive_weights`).
+A load's acknowledgement is that return, so it must mean "the copy is done":
+`receive_slots` loads the slots' views of this worker's own staging buffer, then
+synchronizes the device before returning. Without the synchronize, the copies out of the
+buffer can still be queued on the device when the trainer writes the next sync's tensors into
+it, and those bytes land in this sync's parameters. The anchors: verl's
+`vLLMColocateWorkerExtension.update_weights_from_ipc` (`synchronize()`, then acknowledge) and
+vLLM's own `Worker.update_weights` (`torch.accelerator.synchronize()` after
+`receive_weights`).
 """
 
 from __future__ import annotations
@@ -28,23 +28,15 @@ from graft_env.policies.engine.staging import BufferHandles, WeightSlot, open_bu
 LoadWeights = Callable[[Iterable[tuple[str, torch.Tensor]]], Iterable[str]]
 
 
-def receive_bucket(
+def receive_slots(
     buffer: torch.Tensor,
     slots: Sequence[WeightSlot],
     load_weights: LoadWeights,
     synchronize: Callable[[], None],
-    *,
-    clone: bool,
 ) -> set[str]:
     """Load `slots` of `buffer` with `load_weights`; return the names it loaded, only once
-    `synchronize()` says every copy out of the buffer is done (the acknowledgement).
-    `clone`: copy each view out first, for a buffer the sender reuses (a loader may keep a
-    reference to the tensor it was given)."""
-    tensors = []
-    for slot in slots:
-        view = slot_view(buffer, slot)
-        tensors.append((slot[0], view.clone() if clone else view))
-    loaded = set(load_weights(tensors))
+    `synchronize()` says every copy out of the buffer is done (the acknowledgement)."""
+    loaded = set(load_weights([(slot[0], slot_view(buffer, slot)) for slot in slots]))
     synchronize()
     return loaded
 
@@ -81,13 +73,10 @@ class WeightSyncExtension:
     """Methods vLLM mixes into its worker class (in the engine's worker processes);
     `self` is the vLLM worker."""
 
-    def graft_load_weights(
-        self, handles: BufferHandles, slots: Sequence[WeightSlot], reused: bool = False
-    ) -> list[str]:
+    def graft_load_weights(self, handles: BufferHandles, slots: Sequence[WeightSlot]) -> list[str]:
         """Reload the tensors `slots` point at in this worker's staging buffer (`handles`
         by device, `engine.staging.open_buffer`) and return, once the copies are done, the
         engine parameters no sync has set yet (each sync may send only what changed).
-        `reused`: the sender refills the buffer with the next bucket after this returns.
 
         The steps of vLLM's `reload_weights` (checkpoint format), kept here to learn
         which parameters were loaded: its layerwise reload re-runs each layer's
@@ -121,21 +110,12 @@ class WeightSyncExtension:
         reload_log.setLevel(logging.ERROR)
         try:
             buffer = self.graft_buffer
-            loaded = receive_bucket(buffer, slots, load, _synchronize(device), clone=reused)
+            loaded = receive_slots(buffer, slots, load, _synchronize(device))
         finally:
             reload_log.setLevel(level)
         _reprocess_tied(model, loaded)
         self.graft_loaded = getattr(self, "graft_loaded", set()) | loaded
         return sorted(expected - self.graft_loaded)
-
-    def graft_end_sync(self) -> None:
-        """After a sync's last bucket: drop the mapping of its staging buffer (the next sync
-        allocates a new one) and return the memory, as verl's worker does after its last
-        bucket (`ipc_collect`, `empty_cache`)."""
-        self.graft_buffer = self.graft_handles = None
-        if torch.cuda.is_available():
-            torch.cuda.ipc_collect()
-            torch.cuda.empty_cache()
 
     def graft_scale_logits(self, factor: float) -> int:
         """Multiply the model's logits by `factor`; return how many layers did it."""

@@ -162,6 +162,32 @@ def _target_mix(
     return SkillMix([mix_key(p, config) for p in problems], targets.check_every, weights)
 
 
+def progress_line(
+    name: str, step: int, total: int, loss: float, seconds: float, capped: bool
+) -> str:
+    """One SFT progress line: steps done of `total`, the loss, the time so far and the time
+    left at the mean pace so far. `capped`: `total` is a cap that a warm start to targets
+    stops before once they are reached, so the time left is an upper bound ("<="). The
+    first step's pace says nothing yet (it holds the start-up): no time left then."""
+    done = step + 1
+    left = seconds / done * (total - done)
+    eta = f"{'<= ' if capped else ''}{_duration(left)}" if step else "-"
+    return (
+        f"[{name}] step {done:5d}/{total} ({done / total:4.0%})  loss {loss:.4f}  "
+        f"{seconds:5.0f}s  left {eta}"
+    )
+
+
+def _duration(seconds: float) -> str:
+    """`seconds` as `1h02m`, `4m05s` or `37s`."""
+    whole = round(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
 def _warm_start(
     spec: TinyModelSpec, config: TinyPairConfig, seed: int, directory: Path, threads: int = 1
 ) -> dict:
@@ -185,7 +211,8 @@ def _warm_start(
     )
 
     def progress(step: int, loss: float, seconds: float) -> None:
-        print(f"[{spec.name}] step {step:5d}  loss {loss:.4f}  {seconds:6.0f}s", flush=True)
+        line = progress_line(spec.name, step, config.sft.steps, loss, seconds, mix is not None)
+        print(line, flush=True)
 
     checks: list[dict] = []
     mix = None

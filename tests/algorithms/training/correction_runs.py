@@ -1,5 +1,5 @@
 """An engine that disagrees with the trainer, for the rollout-correction tests
-(test_rollout_correction_loop.py, test_worker_group_correction.py): the HF engine records
+(test_rollout_correction_loop.py): the HF engine records
 the log-probs the trainer would score (weights ~1), so a test wraps its policy to record
 them off by N(0, sd) per token, as a vLLM engine would be off by less."""
 

@@ -141,6 +141,11 @@ def test_ctrl_c_is_one_line_saying_where_to_resume(tmp_path, capsys, monkeypatch
     )
 
 
+def test_a_retired_command_is_one_line_saying_what_to_use_instead(capsys):
+    assert cli.main(["plan", "configs/paper_smollm3_qwen3.yaml", "--gpus", "4"]) == 2
+    assert "accelerate estimate-memory <model>" in _one_error_line(capsys, "plan")
+
+
 def test_config_validate_and_show(tmp_path, capsys):
     assert cli.main(["config", "validate", str(REPO / "configs" / "tiny_pair_graft.yaml")]) == 0
     assert "valid (graft, agents tiny-a, tiny-b, 20 steps" in capsys.readouterr().out

@@ -27,10 +27,27 @@ def test_eval_rows_and_best_checkpoint(tmp_path, fresh_policies):
     values = [row["eval/average/pass@1"] for row in rows]
     assert len(values) == 2 and all(0.0 <= v <= 1.0 for v in values)
     assert all("eval/procedural/gcd/pass@1" in row for row in rows)
+    # the evaluation before the first update: in step 0's row only, never a best checkpoint
+    start = [row for row in rows if "eval_start/average/pass@1" in row]
+    assert [row["step"] for row in start] == [0] and start[0]["time/eval_start"] > 0
+    assert 0.0 <= start[0]["eval_start/procedural/gcd/pass@1"] <= 1.0
     best = json.loads((tmp_path / "run" / "best" / "tiny-b" / "best.json").read_text())
     assert best["value"] == max(values)
     assert best["step"] == values.index(max(values))
     assert (tmp_path / "run" / "best" / "tiny-b" / "config.json").is_file()
+
+
+def test_evaluating_changes_no_training_number(tmp_path, fresh_policies):
+    """Evaluation samples with its own seeds: the run's rollouts and updates are those of a
+    run without it, number for number (both sides run the same operations in one process)."""
+    runs = []
+    for every in (0, 1):
+        evaluation = {"every": every, "datasets": ["procedural/gcd"], "k": 1, "limit": 2}
+        config = small_config(tmp_path / f"run{every}", "grpo", agents=("tiny-b",), eval=evaluation)
+        runs.append(Trainer(config, policies=fresh_policies("tiny-b")).train())
+    for plain, evaluated in zip(*runs, strict=True):
+        assert plain["reward_mean"] == evaluated["reward_mean"]
+        assert plain["loss"] == evaluated["loss"]
 
 
 def test_unknown_eval_sets_are_named():

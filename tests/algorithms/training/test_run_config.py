@@ -148,7 +148,7 @@ def test_shipped_configs_keep_their_plain_data():
             assert plain[key] == value or isinstance(value, dict), (path, key)
 
 
-PAIR1 = ["", "_2node", "_local", "_80gb", "_ray"]  # configs/paper_smollm3_qwen3{suffix}.yaml
+PAIR1 = ["", "_80gb", "_ray"]  # configs/paper_smollm3_qwen3{suffix}.yaml
 # What may differ between the pair-1 files, and only that: where the run goes and how it is laid
 # out (run_dir, backend, ray; each agent's device), where the weights come from, how rollouts
 # are sampled (HF generate or vLLM and its settings) and the memory knobs (checkpointing, batch
@@ -198,7 +198,7 @@ def _layout_key(key: str) -> bool:
 
 
 def test_the_pair1_paper_files_describe_the_same_run():
-    """The five pair-1 files repeat the paper's hyperparameters: a value changed in one file
+    """The three pair-1 files repeat the paper's hyperparameters: a value changed in one file
     only (an lr, the seed, the batch) would make its run another experiment."""
     paths = [REPO / "configs" / f"paper_smollm3_qwen3{suffix}.yaml" for suffix in PAIR1]
     runs = {path.name: _paper_run(path) for path in paths}

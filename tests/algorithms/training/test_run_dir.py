@@ -214,7 +214,7 @@ def test_a_run_records_its_resolved_config_and_its_log(tmp_path, fresh_policies)
     text = (run_dir / RUN_LOG).read_text()
     assert "step 1/1  tiny-a r=" in text
     assert "WARNING py.warnings" in text and "a warning raised during the run" in text
-    events = b"".join(p.read_bytes() for p in (run_dir / "tensorboard").glob("events.*"))
+    events = b"".join(p.read_bytes() for p in (run_dir / "tb" / "tiny-a").glob("events.*"))
     assert b"_hparams_/session_start_info" in events and b"algorithm_options.eps_high" in events
 
 

@@ -23,16 +23,15 @@ class Engine:
         self.awake |= set(tags)
 
 
-def _cycle(level: int, sleep_mode: bool = True) -> tuple[EngineCycle, Engine, list[str]]:
+def _cycle(sleep_mode: bool = True) -> tuple[EngineCycle, Engine, list[str]]:
     engine = Engine(sleep_mode)
     calls = engine.calls
-    cycle = EngineCycle(engine, level, lambda when: calls.append(f"empty_cache({when})"))
+    cycle = EngineCycle(engine, lambda when: calls.append(f"empty_cache({when})"))
     return cycle, engine, calls
 
 
-@pytest.mark.parametrize("level", [1, 2])
-def test_one_step_runs_in_the_anchors_order(level):
-    cycle, engine, calls = _cycle(level)
+def test_one_step_runs_in_the_anchors_order():
+    cycle, engine, calls = _cycle()
 
     def generate():
         calls.append(f"generate{sorted(engine.awake)}")
@@ -46,39 +45,30 @@ def test_one_step_runs_in_the_anchors_order(level):
     cycle.generate(generate)
     assert calls == [
         "generate['kv_cache', 'weights']",
-        f"sleep({level})",
+        "sleep(1)",
         "empty_cache(before_sync)",
         "wake_up(weights)",
         "load['weights']",
         "empty_cache(after_sync)",
         "wake_up(kv_cache)",
         "generate['kv_cache', 'weights']",
-        f"sleep({level})",
+        "sleep(1)",
     ]
 
 
-def test_level_1_wakes_both_for_a_second_rollout_level_2_needs_a_sync_first():
-    cycle, _, calls = _cycle(1)
+def test_a_second_rollout_wakes_weights_then_kv_cache():
+    cycle, _, calls = _cycle()
     cycle.generate(lambda: None)
     cycle.generate(lambda: None)
     assert calls == ["sleep(1)", "wake_up(weights)", "wake_up(kv_cache)", "sleep(1)"]
-    cycle, _, _ = _cycle(2)
-    cycle.generate(lambda: None)
-    assert cycle.needs_sync
-    with pytest.raises(RuntimeError, match="dropped by a level-2 sleep: sync first"):
-        cycle.generate(lambda: None)
-    cycle.sync(lambda: None)
-    assert not cycle.needs_sync
 
 
 def test_without_sleep_mode_only_the_cache_is_emptied_and_a_failed_rollout_still_sleeps():
-    cycle, _, calls = _cycle(2, sleep_mode=False)
+    cycle, _, calls = _cycle(sleep_mode=False)
     cycle.generate(lambda: None)
     cycle.sync(lambda: None)
     assert calls == ["empty_cache(before_sync)", "empty_cache(after_sync)"]
-    cycle, _, calls = _cycle(1)
+    cycle, _, calls = _cycle()
     with pytest.raises(ValueError, match="boom"):
         cycle.generate(lambda: (_ for _ in ()).throw(ValueError("boom")))
     assert calls == ["sleep(1)"]
-    with pytest.raises(ValueError, match="sleep level 3"):
-        EngineCycle(Engine(), 3, lambda when: None)

@@ -141,3 +141,13 @@ def test_the_build_is_deterministic(tmp_path):
             assert (first[name] / filename).read_bytes() == (second[name] / filename).read_bytes()
     reports = [(paths["tiny-a"].parent / REPORT_FILE).read_text() for paths in (first, second)]
     assert reports[0] == reports[1]
+
+
+def test_build_progress_lines_give_the_total_and_the_time_left():
+    from graft_env.policies.tiny.build import progress_line
+
+    # 1,000 of 4,000 steps done in 100 s: 3,000 left at 0.1 s a step
+    line = progress_line("testbed-a", 999, 4000, 0.25, 100.0, capped=True)
+    assert line == "[testbed-a] step  1000/4000 ( 25%)  loss 0.2500    100s  left <= 5m00s"
+    assert progress_line("tiny-a", 1999, 2000, 0.1, 400.0, capped=False).endswith("left 0s")
+    assert progress_line("tiny-a", 0, 2000, 3.0, 2.0, capped=False).endswith("left -")
