@@ -21,6 +21,11 @@ With d = trainer - engine per token (the log ratio):
 
 Log ratios are clamped to ±20 before any exponential (verl's safety bound), so no weight or
 metric overflows; a clamped ratio is far beyond any sensible cap either way.
+
+The correction reweights a mismatch; it cannot repair an engine that samples from other
+weights than the trainer's (a failed or partial weight sync), which would train on quietly.
+`check_logprob_gap` stops a run instead when the mean |trainer - engine| log-prob per token
+exceeds a bound (`MAX_LOGPROB_GAP`, argued there).
 """
 
 from __future__ import annotations
@@ -39,6 +44,37 @@ CorrectionLevel = Literal["token", "sequence"]
 MODES: tuple[str, ...] = ("monitor", "truncate", "mask")
 LEVELS: tuple[str, ...] = ("token", "sequence")
 LOG_RATIO_BOUND = 20.0
+MAX_LOGPROB_GAP = 0.1
+"""The default bound on the mean |trainer - engine| log-prob per token, in nats. A healthy
+engine is far below it: on one H200, transformers' bfloat16 sampling of a random 740M model
+and the trainer's scoring of the same tokens differed by 0.013 nats per token on average
+(0.0087 under bfloat16 autocast), 0.11 at most on any token
+(docs/results/gpu_check_h200/device_check_lr1e-6.json; vLLM's kernels not measured: the
+bound leaves them 7x that mean). An engine holding other weights (none synced, zeroed or misassigned
+tensors) moves every token's distribution, by nats for weights unrelated to the trainer's.
+Only the mean is bounded: the maximum is one token's, and rounding alone moves a rare
+token's log-prob far. Engine weights that are merely stale drift away step by step and
+cross the bound later, not at once."""
+
+
+class LogprobGapError(ValueError):
+    """The sampling engine's log-probs are too far from the trainer's; the run stops (a
+    ValueError, so `graft` reports it in one line)."""
+
+
+def check_logprob_gap(
+    where: str, step: int, mean: float, largest: float, limit: float | None
+) -> None:
+    """Raise `LogprobGapError` naming `where`, `step` and the gap when the mean |trainer -
+    engine| log-prob per token (`mean`, nats; `largest`: the largest token's) is above
+    `limit` (None: no bound). A NaN mean stops too: nothing was compared correctly."""
+    if limit is not None and not mean <= limit:
+        raise LogprobGapError(
+            f"{where}: step {step}: the sampler's log-probs differ from the trainer's by "
+            f"{mean:.4g} nats per token on average (largest {largest:.4g}), above "
+            f"max_logprob_gap={limit:g}: the engine is not sampling from the trained weights; "
+            "stopped, as a weight-sync bug would otherwise train silently"
+        )
 
 
 @dataclass(frozen=True)

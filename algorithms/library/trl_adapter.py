@@ -54,6 +54,16 @@ number of forward passes everywhere, so that setups whose every forward is colle
 e's prompt order is drawn from (seed, e) (`trl_batch.EpochSampler`), and plain checkpoints
 reload through `from_pretrained`, so a resumed run continues the run it resumes exactly.
 
+Before the exchange, each generation batch's own rows are checked against the engine that
+sampled them: where TRL keeps both the sampler's per-token log-probs and the trainer's old
+ones (vLLM with TRL's importance-sampling correction, its default), the mean and largest
+|sampler - trainer| over the completion tokens of the whole batch are logged as
+`graft/logprob_gap_mean` / `_max`, and a mean above `max_logprob_gap` (default 0.1 nats,
+`algorithms.core.rollout_correction.MAX_LOGPROB_GAP`) stops training with one line: an engine
+that samples from other weights than the trained ones (a weight-sync bug) would otherwise
+train silently. Without vLLM transformers samples from the trained model itself, TRL keeps
+no sampler log-probs, and there is nothing to compare.
+
 Importing this module imports TRL; nothing in the project imports it (TRL is optional).
 """
 
@@ -77,6 +87,7 @@ from trl.trainer.utils import pad, split_tensor_dict, use_adapter
 import algorithms
 from algorithms.algorithm import Algorithm
 from algorithms.core import order_minibatches
+from algorithms.core.rollout_correction import MAX_LOGPROB_GAP, check_logprob_gap
 from algorithms.library import LIBRARY_AGENT
 from algorithms.library.choice import CHOICES
 from algorithms.library.format import LibraryError, prompt_key
@@ -110,6 +121,26 @@ def math_reward(completions: Sequence[Any], answer: Sequence[str], **_: Any) -> 
     return [verdict.reward for verdict in verify_batch(texts, list(answer))]
 
 
+def logprob_gap(sampler: torch.Tensor, trainer: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """[sum, max, count] (float64) of |sampler - trainer| per-token log-probs [B, T] over the
+    tokens where `mask` is nonzero and the sampler gave a log-prob (vLLM reports NaN where it
+    has none; left out, as TRL's own metric leaves them); max is 0 where nothing counts.
+    Totals, so that processes combine exactly (`gap_statistics`)."""
+    diff = (sampler.double() - trainer.double()).abs()
+    values = diff[mask.bool() & ~torch.isnan(diff)]
+    largest = values.max() if values.numel() else values.new_zeros(())
+    return torch.stack([values.sum(), largest, values.new_tensor(float(values.numel()))])
+
+
+def gap_statistics(totals: torch.Tensor) -> tuple[float, float]:
+    """The mean and max |sampler - trainer| per token from `logprob_gap` rows [P, 3] (one
+    per process); (0, 0) where no token was compared."""
+    count = float(totals[:, 2].sum())
+    if count == 0:
+        return 0.0, 0.0
+    return float(totals[:, 0].sum()) / count, float(totals[:, 1].max())
+
+
 def check_trl_version(where: str) -> None:
     """Refuse any TRL but 1.16: the trainers here override its private hooks."""
     if Version(trl.__version__).release[:2] != (1, 16):
@@ -131,13 +162,42 @@ class ExchangeGRPOTrainer(GRPOTrainer):
     agent = RECEIVER
 
     def _setup_exchange(
-        self, graft_options: Mapping[str, Any] | None, problem_column: str, answer_column: str
+        self,
+        graft_options: Mapping[str, Any] | None,
+        problem_column: str,
+        answer_column: str,
+        max_logprob_gap: float | None,
     ) -> None:
+        self.max_logprob_gap = self._gap_bound(max_logprob_gap)
         self.graft = self._algorithm(dict(graft_options or {}))
         self.problem_column = problem_column
         self._problems = self._column(problem_column)
         self._answers = self._column(answer_column)
         self._rewards_per_func: torch.Tensor | None = None
+
+    def _gap_bound(self, bound: float | None) -> float | None:
+        """`max_logprob_gap`, checked: a positive number or None, and with vLLM only where
+        TRL computes the trainer's old log-probs to compare the engine's with."""
+        name = type(self).__name__
+        if bound is not None and not (
+            isinstance(bound, int | float) and not isinstance(bound, bool) and bound > 0
+        ):
+            raise ValueError(f"{name}: max_logprob_gap must be a number > 0 or None, got {bound!r}")
+        generate_every = self.args.steps_per_generation * self.num_iterations
+        aligned = self.args.gradient_accumulation_steps % generate_every == 0
+        if (
+            bound is not None
+            and self.use_vllm
+            and not self.vllm_importance_sampling_correction
+            and aligned
+        ):
+            raise ValueError(
+                f"{name}: with vllm_importance_sampling_correction=False TRL computes no "
+                "trainer log-probs to check vLLM's against (max_logprob_gap="
+                f"{bound:g}): turn the correction on, or pass max_logprob_gap=None to train "
+                "unchecked"
+            )
+        return bound
 
     def _algorithm(self, options: dict[str, Any]) -> Algorithm:
         """The exchange algorithm with TRL's group size, advantage rule and micro-batch count."""
@@ -230,7 +290,10 @@ class ExchangeGRPOTrainer(GRPOTrainer):
 
     def _generate_and_score_completions(self, inputs):
         batch = super()._generate_and_score_completions(inputs)
-        return self._graft(inputs, batch) if self.model.training else batch
+        if not self.model.training:
+            return batch
+        self._check_sampler(batch)
+        return self._graft(inputs, batch)
 
     def _prepare_inputs(self, generation_batch):
         if not self.model.training:
@@ -244,6 +307,29 @@ class ExchangeGRPOTrainer(GRPOTrainer):
         return self._buffered_inputs[self._step % self.args.steps_per_generation]
 
     # --- the update -------------------------------------------------------------------
+
+    def _check_sampler(self, batch: dict[str, Any]) -> None:
+        """Log the gap between the sampler's and the trainer's log-probs of this generation
+        batch's own rows (all processes, before any peer row is spliced in), and stop above
+        `max_logprob_gap`: every process gathers the same totals, so all stop together."""
+        sampler = batch.get("sampling_per_token_logps")
+        trainer = batch.get("old_per_token_logps")
+        if sampler is None or trainer is None:
+            return
+        mask = batch["completion_mask"] * batch.get("tool_mask", 1)
+        totals = logprob_gap(sampler, trainer, mask)[None]
+        if self.accelerator.num_processes > 1:
+            totals = self.accelerator.gather(totals)
+        mean, largest = gap_statistics(totals)
+        self._metrics["train"]["graft/logprob_gap_mean"].append(mean)
+        self._metrics["train"]["graft/logprob_gap_max"].append(largest)
+        check_logprob_gap(
+            f"{type(self).__name__} agent {self.agent!r}",
+            self.state.global_step,
+            mean,
+            largest,
+            self.max_logprob_gap,
+        )
 
     def _graft(self, inputs: list[dict], batch: dict[str, Any]) -> dict[str, Any]:
         """The generation batch with its transferred groups spliced in and its rows in
@@ -515,7 +601,9 @@ class GraftGRPOTrainer(ExchangeGRPOTrainer):
     library_model: its choice rule and model filter (run config `library:`);
     graft_options: `EXCHANGE_OPTIONS` of graft-library (delta, order, ...);
     problem_column / answer_column: the train dataset's problem text (the library key)
-    and gold answer (which re-verifies the stored groups)."""
+    and gold answer (which re-verifies the stored groups); max_logprob_gap: the largest
+    mean |sampler - trainer| log-prob per own token, in nats, before training stops
+    (None: never)."""
 
     def __init__(
         self,
@@ -526,6 +614,7 @@ class GraftGRPOTrainer(ExchangeGRPOTrainer):
         graft_options: Mapping[str, Any] | None = None,
         problem_column: str = "problem",
         answer_column: str = "answer",
+        max_logprob_gap: float | None = MAX_LOGPROB_GAP,
         **kwargs: Any,
     ) -> None:
         check_trl_version("GraftGRPOTrainer")
@@ -535,7 +624,7 @@ class GraftGRPOTrainer(ExchangeGRPOTrainer):
                 f"library_model={library_model!r}, which must be set exactly for 'model'"
             )
         super().__init__(*args, **kwargs)
-        self._setup_exchange(graft_options, problem_column, answer_column)
+        self._setup_exchange(graft_options, problem_column, answer_column, max_logprob_gap)
         self.library = LibrarySource(
             str(library), choose, library_model, self._problems, self.graft.config
         )

@@ -36,6 +36,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from algorithms.core.rollout_correction import MAX_LOGPROB_GAP
 from algorithms.library.channel import Channel, StepRecord
 from algorithms.library.trl_adapter import EXCHANGE_OPTIONS, ExchangeGRPOTrainer, check_trl_version
 from graft_env.types import AgentRollouts
@@ -54,7 +55,9 @@ class LiveGRPOTrainer(ExchangeGRPOTrainer):
     channel: the rendezvous folder shared by all agents (a shared filesystem across nodes);
     timeout: seconds to wait for a peer's step record; graft_options: `graft` exchange
     options (delta, balance, candidates, ...), the same for every agent; problem_column /
-    answer_column: the train dataset's problem text (the exchange key) and gold answer."""
+    answer_column: the train dataset's problem text (the exchange key) and gold answer;
+    max_logprob_gap: the largest mean |sampler - trainer| log-prob per own token, in nats,
+    before training stops (None: never; `trl_adapter`)."""
 
     algorithm_name = "graft"
     exchange_options = LIVE_OPTIONS
@@ -70,6 +73,7 @@ class LiveGRPOTrainer(ExchangeGRPOTrainer):
         graft_options: Mapping[str, Any] | None = None,
         problem_column: str = "problem",
         answer_column: str = "answer",
+        max_logprob_gap: float | None = MAX_LOGPROB_GAP,
         **kwargs: Any,
     ) -> None:
         check_trl_version("LiveGRPOTrainer")
@@ -95,7 +99,7 @@ class LiveGRPOTrainer(ExchangeGRPOTrainer):
                 f"{args_.gradient_accumulation_steps}), and the compatibility weights need them:"
                 " use steps_per_generation >= 2 (the exchange's minibatch count) or vLLM"
             )
-        self._setup_exchange(options, problem_column, answer_column)
+        self._setup_exchange(options, problem_column, answer_column, max_logprob_gap)
 
     def _peers(
         self, receiver: AgentRollouts, step: int

@@ -9,7 +9,8 @@ loop. One step, for the shared prompt batch of step t:
              library (graft-library) is then looked up for the all-fail prompts, its
              groups re-verified (`algorithms.library.source`), and dynamic sampling
              refills the batch (`algorithms.rollouts.refill`); with `rollout_correction`
-             set, each live policy rescores its own responses (`correct_rollouts`);
+             set, each live policy rescores its own responses (`correct_rollouts`), and a
+             mean log-prob gap above its `max_logprob_gap` stops the run;
 3. exchange  the algorithm computes advantages and its exchange strategy picks the
              transfers, scoring peer texts under each receiver's π_old (`scoring`);
 4. update    each live policy runs its `TrainBatch` in the algorithm's minibatch order;
@@ -34,6 +35,7 @@ import yaml
 
 import algorithms
 from algorithms.algorithm import Algorithm, BatchCounts
+from algorithms.core.rollout_correction import check_logprob_gap
 from algorithms.exchange import ExchangeResult
 from algorithms.exchange.resample import ResamplingScorer, loop_resampler
 from algorithms.library.source import Lookup
@@ -226,6 +228,14 @@ class Trainer:
             with timed(timings, "rescoring"):
                 corrected, corrections = correct_rollouts(
                     self.policies, rollouts, self.config.rollout_correction
+                )
+            for name, measured in corrections.items():  # before any update trains on them
+                check_logprob_gap(
+                    f"agent {name}",
+                    t,
+                    measured["rollout_correction/logp_diff_mean"],
+                    measured["rollout_correction/logp_diff_max"],
+                    self.config.rollout_correction.max_logprob_gap,
                 )
             rollouts.update(corrected)
         with timed(timings, "exchange"):

@@ -21,6 +21,11 @@ vs_trl               our GRPO step against TRL's GRPOTrainer on the same workloa
 trl_graft_step       seconds per generation batch of a TRL-hosted live GRAFT agent
                      (LiveGRPOTrainer) against plain TRL GRPOTrainer, alternating rounds
                      -> docs/gpu.md, "Live exchange between TRL runs"
+trl_gpu_check        the TRL path on one GPU with torch, transformers, accelerate and the wheels
+                     it lists (no vLLM, Ray or internet), each stage time-boxed (<= 8 min): two
+                     tiny TRL trainers exchanging live in bf16; one TRL-hosted GRAFT step of a
+                     random Qwen3-1.7B at the paper's shapes: update tokens/s, peak memory
+                     (--smoke: CPU) -> no docs figure until it has run on a GPU
 real_pair_step       one GRAFT step of the real small pair (SmolLM2-135M <-> Gemma-3-270M):
                      seconds per phase, peak resident memory
                      -> docs/measurements.md, "One GRAFT step of the real small pair"

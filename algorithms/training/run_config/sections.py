@@ -142,3 +142,12 @@ class RolloutCorrectionSpec:
         default=2.0,
         metadata={"help": "the weight's bound: truncate at cap, mask outside [1/cap, cap]"},
     )
+    max_logprob_gap: PositiveFloat | None = field(
+        default=None,
+        metadata={
+            "help": "stop the run when an agent's mean |trainer - engine| log-prob per own "
+            "token (rollout_correction/logp_diff_mean) is above this many nats: the engine is "
+            "not sampling from the trained weights (0.1 argued in algorithms/core/"
+            "rollout_correction.py, MAX_LOGPROB_GAP); null: never stop"
+        },
+    )

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from algorithms.core import correction_weights
+from algorithms.core.rollout_correction import LogprobGapError, check_logprob_gap
 
 SETTINGS = settings(max_examples=100, deadline=None)
 modes = st.sampled_from(["monitor", "truncate", "mask"])
@@ -171,3 +172,19 @@ def test_bad_inputs_are_refused_by_name(change, message):
     }
     with pytest.raises(ValueError, match=message):
         correction_weights(**{**args, **change})
+
+
+def test_the_gap_check_stops_above_its_bound_in_one_line_and_never_without_one():
+    """At the bound the run goes on (the bound is the largest allowed mean); above it, or
+    with a NaN mean, one line names where, the step, the gap and the bound."""
+    check_logprob_gap("agent a", 3, 0.1, 5.0, 0.1)
+    check_logprob_gap("agent a", 3, 7.0, 9.0, None)
+    with pytest.raises(LogprobGapError) as caught:
+        check_logprob_gap("agent a", 3, 0.25, 1.5, 0.1)
+    line = str(caught.value)
+    assert "\n" not in line and line.startswith("agent a: step 3: ")
+    assert "0.25 nats per token" in line and "largest 1.5" in line
+    assert "max_logprob_gap=0.1" in line and "weight-sync" in line
+    with pytest.raises(LogprobGapError, match="nan nats"):
+        check_logprob_gap("agent a", 0, math.nan, math.nan, 0.1)
+    assert issubclass(LogprobGapError, ValueError)  # `graft` prints a ValueError in one line

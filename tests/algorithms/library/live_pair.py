@@ -26,6 +26,7 @@ from library_runs import ENV
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig
 
+from algorithms.core.rollout_correction import MAX_LOGPROB_GAP
 from algorithms.library.importers import ImportSpec, import_rollouts
 from algorithms.library.trl_adapter import GraftGRPOTrainer, math_reward
 from algorithms.library.trl_live import LiveGRPOTrainer
@@ -168,7 +169,14 @@ def import_library(out: Path) -> Path:
     return out
 
 
-def library_trainer(library: Path, out: Path, processes: int, steps: int, **extra):
+def library_trainer(
+    library: Path,
+    out: Path,
+    processes: int,
+    steps: int,
+    max_logprob_gap: float | None = MAX_LOGPROB_GAP,
+    **extra,
+):
     policy = load_policy("tiny-a")
     return LibraryCounting(
         model=AutoModelForCausalLM.from_pretrained(policy.path, dtype=torch.float32),
@@ -178,6 +186,7 @@ def library_trainer(library: Path, out: Path, processes: int, steps: int, **extr
         processing_class=AutoTokenizer.from_pretrained(policy.path),
         library=str(library),
         graft_options={"delta": 0.0},
+        max_logprob_gap=max_logprob_gap,
         by_prompt=by_prompt("tiny-a"),
     )
 

@@ -1,6 +1,7 @@
 """The rollout correction in the loop (`rollout_correction` of the run config), on the tiny pair:
 off changes nothing, monitor measures and trains as off, truncate trains own rows against the
-trainer's rescoring with the pure function's weights, and peer rows are never touched."""
+trainer's rescoring with the pure function's weights, peer rows are never touched, and an
+engine too far from the trainer stops the run before its step trains."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import torch
 from correction_runs import NOISE, PREFIX, Key, Recording, perturb
 from run_configs import small_config
 
+from algorithms.core.rollout_correction import LogprobGapError
 from algorithms.training.loop import Trainer
 from graft_env.policies.base import Done
 
@@ -37,10 +39,12 @@ def test_off_and_monitor_train_alike_and_monitor_finds_the_hf_engine_agrees(
     tmp_path, fresh_policies
 ):
     """The HF policy records log-probs with the forward it scores with, so monitor's metrics
-    show a mismatch at float rounding; and monitor trains bit for bit as off does."""
+    show a mismatch at float rounding (no stop at max_logprob_gap 0.1); and monitor trains
+    bit for bit as off does."""
     trained = {}
     for mode in ("off", "monitor"):
-        extra = {} if mode == "off" else {"rollout_correction": {"mode": mode}}
+        bounded = {"mode": mode, "max_logprob_gap": 0.1}  # the HF engine stays far below it
+        extra = {} if mode == "off" else {"rollout_correction": bounded}
         policies = fresh_policies("tiny-a", "tiny-b")
         rows, _ = train(run(tmp_path, mode, steps=2, **extra), policies)
         weights = {
@@ -166,3 +170,16 @@ def test_truncate_corrects_a_perturbed_engine_as_the_pure_function_says(tmp_path
     unweighted = -sum(s.advantage * len(s.old_logprobs) for s in first) / tokens
     assert loss.item() == pytest.approx(expected, rel=1e-12, abs=1e-12)
     assert abs(expected - unweighted) > 1e-3
+
+
+def test_an_engine_past_max_logprob_gap_stops_the_run_before_the_update(tmp_path, fresh_policies):
+    """The perturbed engine is off by E|N(0, 0.5)| = 0.40 nats per token on average, four
+    times the bound: step 0 stops with its gap named, and no policy has been updated."""
+    engine = NoisyEngine(fresh_policies("tiny-a")["tiny-a"])
+    bounded = {"mode": "monitor", "max_logprob_gap": 0.1}
+    config = run(tmp_path, "stopped", "grpo", agents=("tiny-a",), rollout_correction=bounded)
+    with pytest.raises(
+        LogprobGapError, match=r"^agent tiny-a: step 0: .* above max_logprob_gap=0.1"
+    ):
+        Trainer(config, policies={"tiny-a": engine}).train()
+    assert engine.trainer_logprobs == []  # update_async was never reached

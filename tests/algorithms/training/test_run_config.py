@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from algorithms.core.rollout_correction import MAX_LOGPROB_GAP
 from algorithms.storage.yaml_schema import parse_yaml, schema_lines
 from algorithms.training.run_config import ConfigError, TrainConfig, config_from_dict, load_config
 
@@ -211,6 +212,16 @@ def test_the_pair1_paper_files_describe_the_same_run():
             assert run[key] == reference[key], f"{name}: {key} differs from {reference_name}"
 
 
+def test_every_paper_config_stops_on_an_engine_trainer_log_prob_gap():
+    """Each paper run rescores its own responses and stops above the argued bound, so an
+    engine sampling from other weights than the trainer's cannot train silently; `monitor`
+    keeps the paper's update unchanged."""
+    for path in sorted((REPO / "configs").glob("paper_*.yaml")):
+        spec = load_config(path).rollout_correction
+        assert spec is not None and spec.mode == "monitor", path.name
+        assert spec.max_logprob_gap == MAX_LOGPROB_GAP, path.name
+
+
 def test_bad_values_name_the_field():
     with pytest.raises(ConfigError, match=r"env\.batch_size"):
         config_from_dict(BASE, ["env.batch_size=0"])
@@ -272,6 +283,8 @@ def test_threads_are_unset_by_default_and_settable():
         ("rollout_correction.cap=0.5", "rollout_correction.cap: 0.5 must be > 1"),
         ("rollout_correction.cap=.inf", "rollout_correction.cap: "),
         ("rollout_correction.cap=big", "rollout_correction.cap: 'big' is not a number"),
+        ("rollout_correction.max_logprob_gap=0", "rollout_correction.max_logprob_gap: 0 "),
+        ("rollout_correction.max_logprob_gap=-1", "rollout_correction.max_logprob_gap: -1 "),
         ("rollout_correction.capp=3", "rollout_correction.capp: unknown"),
         ("rollout_correction=on", "rollout_correction: "),
     ],
@@ -290,8 +303,12 @@ def test_rollout_correction_is_off_by_default_and_then_absent_from_the_saved_for
     on = config_from_dict(BASE, ["rollout_correction={}"])
     spec = on.rollout_correction
     assert (spec.mode, spec.level, spec.cap) == ("truncate", "token", 2.0)
-    assert on.to_dict()["rollout_correction"] == {"mode": "truncate", "level": "token", "cap": 2.0}
+    saved = {"mode": "truncate", "level": "token", "cap": 2.0, "max_logprob_gap": None}
+    assert on.to_dict()["rollout_correction"] == saved
     changed = ["rollout_correction.mode=mask", "rollout_correction.level=sequence"]
     masked = config_from_dict(BASE, [*changed, "rollout_correction.cap=3"])
     assert config_from_dict(masked.to_dict()) == masked
+    bounded = config_from_dict(BASE, ["rollout_correction.max_logprob_gap=0.1"])
+    assert bounded.rollout_correction.max_logprob_gap == 0.1
+    assert config_from_dict(bounded.to_dict()) == bounded
     assert masked.rollout_correction.cap == 3 and masked.rollout_correction.mode == "mask"
