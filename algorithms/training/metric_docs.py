@@ -95,6 +95,7 @@ SECTIONS: dict[str, dict[str, str]] = {
         "time/scoring": "the receivers' log-probs of peer responses (the score s)",
         "time/update": "every agent's optimiser steps",
         "time/eval": "the periodic evaluation at this step",
+        "time/eval_start": "the evaluation before the first update (step 0's row)",
     },
     "Periodic evaluation (when `eval.every` is set)": {
         "eval/<set>/pass@1": "mean pass@1 on the set, averaged over repeats",
@@ -105,6 +106,8 @@ SECTIONS: dict[str, dict[str, str]] = {
         "eval/<set>/n_skipped": "problems skipped: the prompt left no room for a response",
         "eval/average/pass@1": "pass@1 averaged over the sets",
         "eval/average/pass@1_std": "its standard deviation over repeats",
+        "eval_start/<eval metric>": "each eval/... metric, measured before the first update "
+        "(step 0's row of a run that starts at step 0)",
     },
     "Rollout correction (when `rollout_correction` is set)": {
         "rollout_correction/ratio_mean": "mean trainer/engine probability ratio per unit",
@@ -143,6 +146,7 @@ METRICS: dict[str, str] = {name: text for part in SECTIONS.values() for name, te
 _RULES = (
     (re.compile(r"^exchange/[^/]+->[^/]+/"), f"{DIRECTION}/"),
     (re.compile(r"^hacpo/capability/.+$"), "hacpo/capability/<agent>"),
+    (re.compile(r"^eval_start/.+$"), "eval_start/<eval metric>"),
     (re.compile(r"^eval/(?!average/).+/(?=[^/]+$)"), "eval/<set>/"),
     (re.compile(r"^library/(age_steps|age_hours)_[^/]+/"), r"library/\1_<bucket>/"),
     (

@@ -310,13 +310,3 @@ def test_a_resumed_sampler_draws_the_epoch_the_run_it_continues_drew():
     run = fresh()
     epochs = [order(run, epoch) for epoch in range(3)]
     assert order(fresh(), 2) == epochs[2] and epochs[2] != epochs[0]
-
-
-def test_the_step_benchmark_runs_at_its_smallest_size(tmp_path):
-    """`benchmarks.perf.trl_graft_step`'s GRAFT side: two generation batches, one timed, the
-    peer's records read from the channel (a plain side is `GRPOTrainer` itself)."""
-    from benchmarks.perf.trl_graft_step import peer_rollouts, publish_peer, run_side
-
-    publish_peer(tmp_path / "channel", peer_rollouts(), steps=2)
-    timed = run_side("graft", tmp_path, steps=2, tokens=8)
-    assert len(timed) == 1 and timed[0] > 0
