@@ -1,6 +1,6 @@
 """Our GRPO step side by side with TRL's `GRPOTrainer` on the same work (issue #8).
 
-    pip install trl==1.16.0        # benchmark-only extra, never a runtime dependency
+    pip install -e ".[trl]"        # TRL 1.16.0, the tested version
     python -m benchmarks.perf.vs_trl [--pairs 10] [--steps 3] [--warmup 1] [--json OUT]
 
 The work (`benchmarks.perf.trl_workload`): a random-init tiny Llama (4 layers, hidden 128,
