@@ -33,7 +33,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         description="Write the Hub copy of each named benchmark (default: all) in the "
         "reference layout, checking its row count against the reference file's and saying "
         "whether its problems and answers equal the reference's. Needs the `datasets` "
-        "package: pip install 'graft-rlvr[hub]'.",
+        "package: pip install datasets.",
     )
     fetch.add_argument("names", nargs="*", metavar="NAME", help="benchmark names (default: all)")
     fetch.add_argument(

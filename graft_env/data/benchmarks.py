@@ -28,20 +28,26 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import logging
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from graft_env.data import files as data_files
 from graft_env.data.files import (
     find_data_dir,
     how_to_get_data,
+    named_data_dir,
     read_jsonl,
     resolve_data_dir,
 )
 from graft_env.data.normalise import normalise_row
 from graft_env.data.problem import DatasetError, Problem
 from graft_env.data.registry import register_dataset
+
+log = logging.getLogger(__name__)
 
 SOURCES = ("auto", "files", "hub")
 
@@ -178,7 +184,8 @@ def load_benchmark(
     duplicate row; an empty file is an error too, never an empty benchmark.
     """
     if choose_source(benchmark, split, data_dir, source) == "files":
-        path = resolve_data_dir(data_dir) / benchmark.files[split]
+        found = split_file(benchmark, split, data_dir)
+        path = found if found is not None else resolve_data_dir(data_dir) / benchmark.files[split]
         rows: Iterable[tuple[str, Mapping[str, Any]]] = (
             (f"{path}:{line_number}", row) for line_number, row in read_jsonl(path)
         )
@@ -191,15 +198,33 @@ def load_benchmark(
 def choose_source(
     benchmark: Benchmark, split: str, data_dir: str | os.PathLike[str] | None, source: str
 ) -> str:
-    """Where `source` reads from, "files" or "hub": "auto" is "files" when the data
-    directory (`find_data_dir`) holds the split's file, else "hub". A data directory that is named
-    but missing is an error, not a reason to go to the Hub."""
+    """Where `source` reads from, "files" or "hub". "auto" is "files" when a data directory
+    is named (`data_dir` or `$GRAFT_DATA_DIR`: a missing file there is an error naming it,
+    never a reason to go to the Hub) or a default one holds the split's file (`split_file`),
+    else "hub", which is logged."""
     if source not in SOURCES:
         raise DatasetError(f"source must be one of {list(SOURCES)}, got {source!r}")
     if source != "auto":
         return source
-    found = find_data_dir(data_dir)
-    return "files" if found is not None and (found / benchmark.files[split]).is_file() else "hub"
+    if named_data_dir(data_dir) is not None or split_file(benchmark, split, data_dir):
+        return "files"
+    log.info("%s (%s): no local file, reading the Hub copy", benchmark.name, split)
+    return "hub"
+
+
+def split_file(
+    benchmark: Benchmark, split: str, data_dir: str | os.PathLike[str] | None
+) -> Path | None:
+    """The file `benchmark`/`split` is read from: in the named data directory (`data_dir`, else
+    `$GRAFT_DATA_DIR`; it need not exist yet), else the first default data directory
+    (the checkout's, then `graft data fetch`'s) that holds it; None when none does."""
+    named = named_data_dir(data_dir)
+    if named is not None:
+        return find_data_dir(data_dir) / benchmark.files[split]  # a missing dir: an error
+    for default in (data_files.CHECKOUT_DATA_DIR, data_files.user_data_dir()):
+        if (default / benchmark.files[split]).is_file():
+            return default / benchmark.files[split]
+    return None
 
 
 def to_problems(

@@ -73,7 +73,7 @@ def how_to_get_data() -> str:
     return (
         f"point --data-dir (data_dir=...) or ${DATA_DIR_ENV} at a folder with the benchmark "
         f"files, or download them from the Hugging Face Hub with `graft data fetch` (into "
-        f"{user_data_dir()}; needs pip install 'graft-rlvr[hub]')"
+        f"{user_data_dir()}; needs the datasets package: pip install datasets)"
     )
 
 

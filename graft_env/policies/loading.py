@@ -40,8 +40,8 @@ def load_error(what: str, path: str, options: HFPolicyOptions, error: Exception)
     if options.local_files_only:
         fix = (
             "local_files_only is true, so only the Hugging Face cache is read: set it false "
-            f"(--option local_files_only=false) to download it, or download it first "
-            f"(hf download {path})"
+            "(an agent's options.local_files_only in a run config, --option in graft eval) "
+            f"to download it, or download it first (hf download {path})"
         )
     else:
         fix = (

@@ -171,14 +171,23 @@ def test_auto_reads_the_file_when_there_else_the_hub(
     serve(hub, "aime24", "test", aime24_rows())
     assert [p.problem for p in load("gsm8k", "test", data_dir=tmp_path)] == ["local"]
     assert [p.problem for p in load("gsm8k", "test", data_dir=tmp_path, source="hub")] == ["hub"]
-    assert len(load("aime24", data_dir=tmp_path)) == 30  # no file: the Hub
-    with pytest.raises(DatasetError, match=r"aime24/test\.jsonl' not found"):
-        load("aime24", data_dir=tmp_path, source="files")
+    # a named directory without the file: an error naming it, never a silent switch
+    for source in ("auto", "files"):
+        with pytest.raises(DatasetError, match=r"aime24/test\.jsonl' not found"):
+            load("aime24", data_dir=tmp_path, source=source)
     # nothing named and no default directory: the Hub
     monkeypatch.delenv("GRAFT_DATA_DIR", raising=False)
     monkeypatch.setenv("GRAFT_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(files, "CHECKOUT_DATA_DIR", tmp_path / "no-checkout-data")
+    monkeypatch.setattr(files, "CHECKOUT_DATA_DIR", tmp_path / "checkout-data")
     assert [p.problem for p in load("gsm8k", "test")] == ["hub"]
+    assert len(load("aime24")) == 30
+    # each split from the first default directory that holds it: a checkout's data without
+    # gsm8k, and the fetched copy in the cache
+    (tmp_path / "checkout-data" / "aime24").mkdir(parents=True)
+    fetched = tmp_path / "cache" / "data" / "gsm8k"
+    fetched.mkdir(parents=True)
+    (fetched / "test.jsonl").write_text('{"question": "fetched", "answer": "#### 3"}\n')
+    assert [p.problem for p in load("gsm8k", "test")] == ["fetched"]
 
 
 def test_graft_data_fetch_writes_where_the_loaders_look(

@@ -151,4 +151,4 @@ def test_a_hub_model_that_cannot_be_had_offline_says_how_to_get_it(local_files_o
         "cannot load a tokenizer 'graft-tests/no-such-model': not in the Hugging Face cache"
     )
     assert "hf download graft-tests/no-such-model" in message and "\n" not in message
-    assert ("--option local_files_only=false" in message) == local_files_only
+    assert ("options.local_files_only in a run config" in message) == local_files_only
