@@ -46,6 +46,8 @@ def check_run_dir(
     checkpoint (None: start at step 0)."""
     if start == "fresh":
         check_fresh(run_dir)
+    elif start == "restart":
+        check_fresh(run_dir, "--restart", "move the files of")
     check_writable(run_dir)
     if start != "resume":
         return None

@@ -63,9 +63,9 @@ def create_run_dir(run_dir: Path) -> None:
         (run_dir / MARKER).write_text(json.dumps(note, indent=2) + "\n")
 
 
-def check_fresh(run_dir: Path) -> None:
-    """Refuse (`ConfigError`) to let `--fresh` delete `run_dir` unless it is a run
-    directory, empty, or absent."""
+def check_fresh(run_dir: Path, flag: str = "--fresh", action: str = "delete") -> None:
+    """Refuse (`ConfigError`) to let `--fresh` delete `run_dir` (or `--restart` move its
+    files aside) unless it is a run directory, empty, or absent."""
     if not run_dir.exists():
         return
     if not run_dir.is_dir():
@@ -75,9 +75,9 @@ def check_fresh(run_dir: Path) -> None:
     else:
         why = (
             f"it has no {MARKER}, so no graft run created it (runs before this marker existed "
-            "have none either); delete it yourself or choose another run_dir"
+            "have none either); clear it yourself or choose another run_dir"
         )
-    raise ConfigError(f"run_dir: --fresh will not delete {run_dir}: {why}")
+    raise ConfigError(f"run_dir: {flag} will not {action} {run_dir}: {why}")
 
 
 def remove_fresh(run_dir: Path) -> None:
@@ -101,7 +101,8 @@ def holds_steps(run_dir: Path) -> bool:
 def set_aside(run_dir: Path) -> Path:
     """Move everything in `run_dir` but the marker and earlier set-aside folders (its
     config.yaml too: the settings of the files set aside) into a new
-    ``earlier-<UTC time>/`` folder; returns that folder."""
+    ``earlier-<UTC time>/`` folder (only in a run directory: `check_fresh`); returns it."""
+    check_fresh(run_dir, "--restart", "move the files of")
     stamp = f"{EARLIER}{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
     folder, again = run_dir / stamp, 1
     while folder.exists():  # two restarts within one second
@@ -182,6 +183,10 @@ def append_note(run_dir: Path, text: str) -> None:
         log.close()
 
 
+# the scalar tags TensorBoard's HParams tab shows beside each run's settings
+HPARAM_METRICS = ("reward_mean", "eval/average/pass@1")
+
+
 def write_hparams(run_dir: Path, resolved: Mapping[str, Any], agents: Sequence[str]) -> None:
     """The resolved config as TensorBoard hparams (`resolved_config`'s dotted keys), in each
     agent's TensorBoard folder beside that agent's scalars (TensorBoard reads the event files
@@ -203,7 +208,7 @@ def write_hparams(run_dir: Path, resolved: Mapping[str, Any], agents: Sequence[s
     for agent in agents:
         writer = SummaryWriter(str(run_dir / TB_DIR / agent))
         try:
-            for summary in hparams(values, {}):
+            for summary in hparams(values, dict.fromkeys(HPARAM_METRICS, 0.0)):
                 writer.file_writer.add_summary(summary)
         finally:
             writer.close()

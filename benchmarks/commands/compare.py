@@ -14,7 +14,9 @@ import argparse
 import logging
 from pathlib import Path
 
-DEFAULT_GRID = Path(__file__).resolve().parents[2] / "configs" / "grids" / "compare_tiny.yaml"
+from benchmarks.config_files import find_config, packaged
+
+DEFAULT_GRID = packaged() / "grids" / "compare_tiny.yaml"
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -26,7 +28,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "learning and complementarity curves. Finished cells are skipped on a rerun.",
     )
     parser.add_argument(
-        "--config", default=str(DEFAULT_GRID), help=f"grid YAML (default: {DEFAULT_GRID})"
+        "--config",
+        type=find_config,
+        default=str(DEFAULT_GRID),
+        help="grid YAML: a path, or a shipped grid's name (configs/grids/X.yaml) "
+        f"(default: {DEFAULT_GRID.name})",
     )
     parser.add_argument(
         "--out", default=None, help="output directory (default: runs/compare/<grid name>)"

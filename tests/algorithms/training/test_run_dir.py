@@ -187,6 +187,19 @@ def test_restart_keeps_the_earlier_files_when_every_checkpoint_is_unusable(
     assert [json.loads(row)["step"] for row in rows] == [0, 0, 1, 1, 2, 2]  # from step 0
 
 
+def test_restart_moves_nothing_out_of_a_folder_no_graft_run_made(tmp_path):
+    """--restart sets files aside only in a run directory (its marker) or an empty one: in a
+    folder of the user's own it is refused before anything moves."""
+    from algorithms.training.run_dir import set_aside
+
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "todo.txt").write_text("mine")
+    with pytest.raises(ConfigError, match=r"^run_dir: --restart will not move the files of"):
+        set_aside(notes)
+    assert sorted(p.name for p in notes.iterdir()) == ["todo.txt"]
+
+
 def test_a_run_records_its_resolved_config_and_its_log(tmp_path, fresh_policies):
     """resolved_config.yaml holds the preset's and the defaults' values beside what was
     written; run.log the run's log records, Python warnings, a line per step; TensorBoard
@@ -216,6 +229,20 @@ def test_a_run_records_its_resolved_config_and_its_log(tmp_path, fresh_policies)
     assert "WARNING py.warnings" in text and "a warning raised during the run" in text
     events = b"".join(p.read_bytes() for p in (run_dir / "tb" / "tiny-a").glob("events.*"))
     assert b"_hparams_/session_start_info" in events and b"algorithm_options.eps_high" in events
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    columns = [
+        info.name.tag
+        for path in (run_dir / "tb" / "tiny-a").glob("events.*")
+        for event in EventFileLoader(str(path)).Load()
+        for value in event.summary.value
+        if value.tag == "_hparams_/experiment"
+        for info in plugin_data_pb2.HParamsPluginData.FromString(
+            value.metadata.plugin_data.content
+        ).experiment.metric_infos
+    ]
+    assert columns == ["reward_mean", "eval/average/pass@1"]  # the HParams tab's metric columns
 
 
 def test_a_resume_names_every_setting_that_differs_with_both_values(tmp_path, fresh_policies):
