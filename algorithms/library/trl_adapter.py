@@ -124,10 +124,11 @@ def math_reward(completions: Sequence[Any], answer: Sequence[str], **_: Any) -> 
 def logprob_gap(sampler: torch.Tensor, trainer: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """[sum, max, count] (float64) of |sampler - trainer| per-token log-probs [B, T] over the
     tokens where `mask` is nonzero and the sampler gave a log-prob (vLLM reports NaN where it
-    has none; left out, as TRL's own metric leaves them); max is 0 where nothing counts.
-    Totals, so that processes combine exactly (`gap_statistics`)."""
+    has none; left out, as TRL's own metric leaves them; a NaN of the trainer's stays, so the
+    mean is NaN and the guard stops); max is 0 where nothing counts. Totals, so that
+    processes combine exactly (`gap_statistics`)."""
     diff = (sampler.double() - trainer.double()).abs()
-    values = diff[mask.bool() & ~torch.isnan(diff)]
+    values = diff[mask.bool() & ~torch.isnan(sampler)]
     largest = values.max() if values.numel() else values.new_zeros(())
     return torch.stack([values.sum(), largest, values.new_tensor(float(values.numel()))])
 
@@ -288,6 +289,13 @@ class ExchangeGRPOTrainer(GRPOTrainer):
         )
         return self._rewards_per_func
 
+    def _generate(self, prompts: list):
+        out = super()._generate(prompts)
+        # each completion's own length: TRL's completion_mask is all 0 for a truncated row
+        # under mask_truncated_completions, but the row was rewarded on its whole text
+        self._completion_lengths = [len(ids) for ids in out[1]]
+        return out
+
     def _generate_and_score_completions(self, inputs):
         batch = super()._generate_and_score_completions(inputs)
         if not self.model.training:
@@ -385,20 +393,24 @@ class ExchangeGRPOTrainer(GRPOTrainer):
                 f"got total reward {wrong[0]:g}: use math_reward or a 0/1 "
                 "correctness reward"
             )
-        mask = batch["completion_mask"].bool().cpu()
+        lengths = self._completion_lengths
         ids = [
-            row[keep].tolist()
-            for row, keep in zip(batch["completion_ids"].cpu(), mask, strict=True)
+            row[:length].tolist()
+            for row, length in zip(batch["completion_ids"].cpu(), lengths, strict=True)
         ]
         texts = self._tokenizer.batch_decode(ids, skip_special_tokens=True)
         ended = ["stop" if row and row[-1] in self.eos_token_ids else "length" for row in ids]
-        sampler = batch.get("sampling_per_token_logps", batch.get("old_per_token_logps"))
+        sampler = batch.get("sampling_per_token_logps")
+        old = batch.get("old_per_token_logps")
+        if sampler is not None and old is not None:  # vLLM's NaN tokens: pi_old's, as TRL's IS
+            sampler = torch.where(torch.isnan(sampler), old, sampler)
+        sampler = old if sampler is None else sampler
         logprobs = (
             [np.empty(0)] * rows
             if sampler is None
             else [
-                row[keep].double().numpy()
-                for row, keep in zip(sampler.detach().cpu(), mask, strict=True)
+                row[:length].double().numpy()
+                for row, length in zip(sampler.detach().cpu(), lengths, strict=True)
             ]
         )
 

@@ -36,6 +36,10 @@ def test_the_gap_counts_masked_tokens_with_a_sampler_log_prob_and_combines_exact
     nothing = logprob_gap(sampler, trainer, torch.zeros_like(mask))
     assert nothing.tolist() == [0.0, 0.0, 0.0]
     assert gap_statistics(nothing[None]) == (0.0, 0.0)
+    # a NaN of the trainer's is not vLLM's missing log-prob: it reaches the mean (the guard
+    # then stops on a NaN mean)
+    broken = logprob_gap(torch.zeros(1, 2), torch.tensor([[float("nan"), 0.0]]), mask[:1, :2])
+    assert torch.isnan(broken[0])
 
 
 def sampler_off_by(offset: float):

@@ -310,3 +310,57 @@ def test_a_resumed_sampler_draws_the_epoch_the_run_it_continues_drew():
     run = fresh()
     epochs = [order(run, epoch) for epoch in range(3)]
     assert order(fresh(), 2) == epochs[2] and epochs[2] != epochs[0]
+
+
+def test_a_truncated_response_is_published_whole_under_mask_truncated_completions(
+    tmp_path, monkeypatch
+):
+    """TRL zeroes a truncated row's whole completion mask under mask_truncated_completions,
+    but rewards its whole text: the record carries that text and its ids, and the peer
+    receiving the group scores it (an empty response there crashed the receiver)."""
+    import live_pair
+
+    fixed = live_pair.by_prompt
+
+    def cut(agent: str) -> dict:
+        table = fixed(agent)
+        if agent == "tiny-a":  # problem 0's first response cut at the token limit: no EOS
+            key = next(iter(table))
+            table[key][0] = table[key][0][:-1]
+        return table
+
+    monkeypatch.setattr(live_pair, "by_prompt", cut)
+    channel = tmp_path / "channel"
+    trainers = {
+        agent: live_trainer(
+            agent,
+            channel,
+            tmp_path / agent,
+            1,
+            1,
+            60,
+            graft_options={"delta": 0.0},
+            mask_truncated_completions=True,
+        )
+        for agent in AGENTS
+    }
+    errors: dict[str, str] = {}
+
+    def prepare(agent: str) -> None:
+        trainer = trainers[agent]
+        trainer.model.train()
+        try:
+            trainer._prepare_inputs([row for row in dataset_rows(agent) for _ in range(N)])
+        except Exception as error:  # reported below, by agent
+            errors[agent] = f"{type(error).__name__}: {error}"
+
+    threads = [threading.Thread(target=prepare, args=(agent,)) for agent in AGENTS]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == {}
+    record = json.loads((channel / "step-000000" / "tiny-a.json").read_text())["payload"]
+    cut_ids = cut("tiny-a")[next(iter(cut("tiny-a")))][0]
+    assert record["token_ids"][0][0] == cut_ids and record["texts"][0][0]
+    assert record["finish_reasons"][0][0] == "length"
