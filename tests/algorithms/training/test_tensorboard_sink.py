@@ -3,6 +3,7 @@ names (so agents overlay), histograms of the received s and w, and sample comple
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -55,9 +56,19 @@ def test_a_run_logs_both_agents_under_tb(tmp_path, fresh_policies):
     config = small_config(tmp_path / "run", "graft", steps=1, tensorboard=True)
     Trainer(config, policies=fresh_policies("tiny-a", "tiny-b")).train()
     a, b = (events(tmp_path / "run" / "tb" / agent) for agent in ("tiny-a", "tiny-b"))
-    assert "reward_mean" in a.Tags()["scalars"]
-    assert a.Tags()["scalars"] == b.Tags()["scalars"]
-    assert "exchange/received/candidates" in a.Tags()["scalars"]
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
+    for agent, found in (("tiny-a", a), ("tiny-b", b)):
+        # each agent's tags are its metrics row's keys, its received direction without the
+        # agents' names (which keys a row has depends on what moved: not pinned here)
+        [row] = [r for r in rows if r["agent"] == agent]
+        numbers = {
+            k: v for k, v in row.items() if isinstance(v, int | float) and not isinstance(v, bool)
+        }
+        scalars = set(found.Tags()["scalars"])
+        assert scalars == set(tags(numbers, agent)) - {"step"}
+        assert not any("tiny-" in tag for tag in scalars)
+        # the tags every row has, so the agents overlay on them
+        assert {"reward_mean", "loss", "exchange/received/candidates"} <= scalars
     assert [e.step for e in a.Tensors("samples/text_summary")] == [0]
 
 
