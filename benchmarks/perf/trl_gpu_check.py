@@ -134,7 +134,8 @@ def wheel_commands(python: str) -> tuple[str, str]:
 
 
 def missing_wheels() -> list[str]:
-    """The `WHEELS` not installed at their version here."""
+    """The `WHEELS` not installed here: TRL at exactly its version (its hooks are private),
+    the others at any version (a newer release than the listed one serves as well)."""
     from importlib import metadata
 
     missing = []
@@ -144,7 +145,7 @@ def missing_wheels() -> list[str]:
             found = metadata.version(name)
         except metadata.PackageNotFoundError:
             found = None
-        if found != version:
+        if found is None or (name == "trl" and found != version):
             missing.append(wheel if found is None else f"{wheel} (found {found})")
     return missing
 
