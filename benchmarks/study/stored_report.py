@@ -30,6 +30,7 @@ from benchmarks.study.controls.design import Build, Contrast
 from benchmarks.study.controls.markdown import (
     contrast_table,
     dose_lines,
+    per_build_lines,
     per_seed_table,
     report_main,
 )
@@ -214,16 +215,7 @@ def report_markdown(report: Mapping[str, Any]) -> str:
         *per_seed_table(pooled),
         "",
     ]
-    for build in BUILDS:
-        lines += [f"## {build.name} alone (seeds {build.seeds[0]}-{build.seeds[-1]})", ""]
-        lines += [*contrast_table(contrasts["per_build"][build.name], False), ""]
-    lines += ["## First build − second (Welch, per-seed pooled values)", ""]
-    lines += ["| contrast | difference | 95 % | df |", "|---|---|---|---|"]
-    for row in contrasts["build_difference"]:
-        lines.append(
-            f"| {row['contrast']} | {row['difference']:+.1f} | [{row['low']:+.1f}, "
-            f"{row['high']:+.1f}] | {row['df']:.1f} |"
-        )
+    lines += per_build_lines(contrasts, BUILDS, "First build − second")
     lines += ["", "## Transfers per step", ""]
     lines += ["| arm | direction | seeds | gate candidates | prompts | responses | admitted |"]
     lines += ["|---|---|---:|---:|---:|---:|---:|"]

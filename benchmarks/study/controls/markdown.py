@@ -101,6 +101,21 @@ def moved_lines(moved: Mapping[str, Any], s4: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def per_build_lines(contrasts: Mapping[str, Any], builds: Sequence[Any], title: str) -> list[str]:
+    """Each build's contrast table, then the builds' Welch difference under `title`."""
+    lines: list[str] = []
+    for build in builds:
+        lines += [f"## {build.name} alone (seeds {build.seeds[0]}-{build.seeds[-1]})", ""]
+        lines += [*contrast_table(contrasts["per_build"][build.name], False), ""]
+    lines += [f"## {title} (Welch, per-seed pooled values)", ""]
+    lines += ["| contrast | difference | 95 % | df |", "|---|---|---|---|"]
+    for row in contrasts["build_difference"]:
+        lines.append(
+            f"| {row['contrast']} | {_f(row['difference'])} | {_interval(row)} | {row['df']:.1f} |"
+        )
+    return lines
+
+
 def report_markdown(report: Mapping[str, Any]) -> str:
     """The whole report.md."""
     check, contrasts = report["registration"], report["contrasts"]
@@ -152,15 +167,7 @@ def report_markdown(report: Mapping[str, Any]) -> str:
         *per_seed_table(pooled),
         "",
     ]
-    for build in BUILDS:
-        lines += [f"## {build.name} alone (seeds {build.seeds[0]}-{build.seeds[-1]})", ""]
-        lines += [*contrast_table(contrasts["per_build"][build.name], False), ""]
-    lines += ["## Build 0 − build 1 (Welch, per-seed pooled values)", ""]
-    lines += ["| contrast | difference | 95 % | df |", "|---|---|---|---|"]
-    for row in contrasts["build_difference"]:
-        lines.append(
-            f"| {row['contrast']} | {_f(row['difference'])} | {_interval(row)} | {row['df']:.1f} |"
-        )
+    lines += per_build_lines(contrasts, BUILDS, "Build 0 − build 1")
     lines += ["", "## Groups moved per step", "", *moved_lines(report["moved"], report["s4"]), ""]
     lines += ["Predictions: " + "; ".join(f"{c.name} {c.prediction}" for c in CONTRASTS) + "."]
     return "\n".join(lines) + "\n"
